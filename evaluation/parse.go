@@ -1,0 +1,332 @@
+package evaluation
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// MaxChoices is the most options a choice question may have.
+const MaxChoices = 255
+
+// Score questions have between MinTiers and MaxTiers tiers.
+const (
+	MinTiers = 2
+	MaxTiers = 10
+)
+
+// tooManyChoices is the upstream's 422 for a choice question over MaxChoices.
+var tooManyChoices = []byte(`{"detail":"Too many choices. Must have at most 255 choices."}`)
+
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// ValidationError is a request the upstream would refuse with 422. Its Body
+// is the upstream's own answer: {"detail": [...]} or {"detail": "..."}.
+type ValidationError struct {
+	body []byte
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string { return "invalid evaluation request" }
+
+// Body returns the 422 response body the upstream would give.
+func (e *ValidationError) Body() []byte { return e.body }
+
+// questionSpans are the parts of one question the rules look at.
+type questionSpans struct {
+	id, value                  span
+	typ, instructions, crit    span
+	hasType, hasInstr, hasCrit bool
+}
+
+// ParseRequest inspects an evaluation request body in one pass: JSON syntax
+// and UTF-8, the rules the evaluation seed states, and the token estimate.
+// A body the upstream would refuse gives a *ValidationError carrying the
+// upstream's 422 answer; anything the upstream would accept passes, including
+// `"instructions": null`, null tiers and null choice descriptions.
+func ParseRequest(body []byte) (*Request, error) {
+	s := scanner{b: body}
+	if bytes.HasPrefix(body, utf8BOM) {
+		s.pos = len(utf8BOM) // Python's json decodes bytes as utf-8-sig
+	}
+	var (
+		state, model, questions  span
+		hasState, hasQuestions   bool
+		qs                       []questionSpans
+		cur                      questionSpans
+		visitQuestion            func(key span) bool
+		visitQuestions, visitTop func(key span) bool
+	)
+	visitQuestion = func(key span) bool {
+		switch {
+		case s.keyIs(key, "type"):
+			cur.typ, cur.hasType = s.value(nil), true
+		case s.keyIs(key, "instructions"):
+			cur.instructions, cur.hasInstr = s.value(nil), true
+		case s.keyIs(key, "criteria"):
+			cur.crit, cur.hasCrit = s.value(nil), true
+		default:
+			return false
+		}
+		return true
+	}
+	visitQuestions = func(key span) bool {
+		cur = questionSpans{id: key}
+		cur.value = s.value(visitQuestion)
+		qs = append(qs, cur)
+		return true
+	}
+	visitTop = func(key span) bool {
+		switch {
+		case s.keyIs(key, "state"):
+			state, hasState = s.value(nil), true
+		case s.keyIs(key, "model"):
+			model = s.value(nil)
+		case s.keyIs(key, "questions"):
+			qs = qs[:0] // a repeated key replaces the earlier value
+			questions, hasQuestions = s.value(visitQuestions), true
+		default:
+			return false
+		}
+		return true
+	}
+	root := s.value(visitTop)
+	if s.err == nil {
+		s.skipSpace()
+		if s.pos < len(body) {
+			s.fail(s.pos, "Extra data")
+		}
+	}
+	if s.err != nil {
+		return nil, jsonInvalid(s.err)
+	}
+	if root.kind != kindObject {
+		e := errorList{nonFinite: s.nonFinite}
+		e.add("model_attributes_type", loc(), "Input should be a valid dictionary or object to extract fields from", raw(body, root), "")
+		return nil, e.done()
+	}
+
+	e := errorList{nonFinite: s.nonFinite}
+	req := &Request{}
+	top := raw(body, root)
+	if !hasState {
+		e.add("missing", loc("state"), "Field required", top, "")
+	} else {
+		if !textual(state.kind) {
+			e.addUnion(loc("state"), raw(body, state))
+		}
+		req.State = raw(body, state)
+	}
+	switch model.kind {
+	case 0, kindNull:
+	case kindString:
+		req.Model = s.text(model)
+	default:
+		e.add("string_type", loc("model"), "Input should be a valid string", raw(body, model), "")
+	}
+	if !hasQuestions {
+		e.add("missing", loc("questions"), "Field required", top, "")
+	} else if questions.kind != kindObject {
+		e.add("dict_type", loc("questions"), "Input should be a valid dictionary", raw(body, questions), "")
+	}
+
+	tooMany := false
+	var runes, cjkBytes, length int64
+	count := func(sp span) {
+		runes += sp.cjkRunes
+		cjkBytes += sp.cjkBytes
+		length += int64(sp.end - sp.start)
+	}
+	count(state)
+	req.Questions = make([]Question, 0, len(qs))
+	var index map[string]int // question id -> position, built only for long maps
+	for _, q := range qs {
+		id := s.text(q.id)
+		question := raw(body, q.value)
+		count(q.instructions)
+		count(q.crit)
+		typ, ok := questionType(&s, q, id, question, &e)
+		if !ok {
+			continue
+		}
+		if !q.hasInstr {
+			e.add("missing", loc("questions", id, typ, "instructions"), "Field required", question, "")
+		} else if !textual(q.instructions.kind) && q.instructions.kind != kindNull {
+			e.addUnion(loc("questions", id, typ, "instructions"), raw(body, q.instructions))
+		}
+		switch typ {
+		case TypeChoice:
+			switch {
+			case !q.hasCrit:
+				e.add("missing", loc("questions", id, typ, "criteria"), "Field required", question, "")
+			case q.crit.kind != kindObject:
+				e.add("dict_type", loc("questions", id, typ, "criteria"), "Input should be a valid dictionary", raw(body, q.crit), "")
+			case q.crit.members > MaxChoices && distinctKeys(raw(body, q.crit)) > MaxChoices:
+				tooMany = true
+			}
+		case TypeScore:
+			switch {
+			case !q.hasCrit:
+				e.add("missing", loc("questions", id, typ, "criteria"), "Field required", question, "")
+			case q.crit.kind != kindArray:
+				e.add("list_type", loc("questions", id, typ, "criteria"), "Input should be a valid list", raw(body, q.crit), "")
+			case q.crit.members < MinTiers:
+				e.add("too_short", loc("questions", id, typ, "criteria"),
+					"List should have at least 2 items after validation, not "+strconv.Itoa(q.crit.members), raw(body, q.crit),
+					`{"field_type":"List","min_length":2,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
+			case q.crit.members > MaxTiers:
+				e.add("too_long", loc("questions", id, typ, "criteria"),
+					"List should have at most 10 items after validation, not "+strconv.Itoa(q.crit.members), raw(body, q.crit),
+					`{"field_type":"List","max_length":10,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
+			}
+		}
+		// A repeated id keeps its first place and its last value, as a
+		// Python dict built from the decoded pairs does.
+		if len(req.Questions) >= 16 && index == nil {
+			index = make(map[string]int, len(qs))
+			for i, known := range req.Questions {
+				index[known.ID] = i
+			}
+		}
+		if at, dup := findQuestion(req.Questions, index, id); dup {
+			req.Questions[at].Type = typ
+			continue
+		}
+		if index != nil {
+			index[id] = len(req.Questions)
+		}
+		req.Questions = append(req.Questions, Question{ID: id, Type: typ})
+	}
+	if e.n > 0 {
+		return nil, e.done()
+	}
+	if tooMany {
+		return nil, &ValidationError{body: tooManyChoices}
+	}
+	req.EstimatedTokens = runes + (length-cjkBytes+3)/4
+	return req, nil
+}
+
+// questionType checks a question's shape and discriminator and returns its type.
+func questionType(s *scanner, q questionSpans, id string, question []byte, e *errorList) (string, bool) {
+	if q.value.kind != kindObject {
+		e.add("model_attributes_type", loc("questions", id), "Input should be a valid dictionary or object to extract fields from", question, "")
+		return "", false
+	}
+	if !q.hasType {
+		e.add("union_tag_not_found", loc("questions", id), "Unable to extract tag using discriminator 'type'", question, `{"discriminator":"'type'"}`)
+		return "", false
+	}
+	tag := string(raw(s.b, q.typ))
+	if q.typ.kind == kindString {
+		tag = s.text(q.typ)
+		switch tag {
+		case TypeNoul, TypeChoice, TypeScore:
+			return tag, true
+		}
+	}
+	const expected = "'noul', 'choice', 'score'"
+	e.add("union_tag_invalid", loc("questions", id),
+		"Input tag '"+tag+"' found using 'type' does not match any of the expected tags: "+expected, question,
+		`{"discriminator":"'type'","tag":`+quote(tag)+`,"expected_tags":`+quote(expected)+`}`)
+	return "", false
+}
+
+func findQuestion(qs []Question, index map[string]int, id string) (int, bool) {
+	if index != nil {
+		at, ok := index[id]
+		return at, ok
+	}
+	for i := range qs {
+		if qs[i].ID == id {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// distinctKeys counts the distinct keys of an object the scanner accepted:
+// the upstream counts options after duplicate keys collapse.
+func distinctKeys(object []byte) int {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(object, &m) != nil {
+		return 0
+	}
+	return len(m)
+}
+
+// textual reports the kinds a `state` or `instructions` may take.
+func textual(k byte) bool { return k == kindString || k == kindObject || k == kindArray }
+
+func raw(b []byte, sp span) []byte { return b[sp.start:sp.end] }
+
+// jsonInvalid is FastAPI's answer to a body that does not decode.
+func jsonInvalid(err *syntaxError) *ValidationError {
+	var e errorList
+	e.add("json_invalid", `["body",`+strconv.Itoa(err.pos)+`]`, "JSON decode error", []byte("{}"), `{"error":`+quote(err.msg)+`}`)
+	return e.done()
+}
+
+// errorList builds the upstream's list of validation errors.
+type errorList struct {
+	b []byte
+	n int
+	// nonFinite: the body holds NaN or Infinity, so an input is checked
+	// before it is echoed, and replaced by null where it is not JSON.
+	nonFinite bool
+}
+
+// add appends one error; loc and ctx are JSON texts, ctx may be empty.
+func (e *errorList) add(typ, loc, msg string, input []byte, ctx string) {
+	if e.n == 0 {
+		e.b = append(e.b, `{"detail":[`...)
+	} else {
+		e.b = append(e.b, ',')
+	}
+	e.n++
+	e.b = append(e.b, `{"type":`...)
+	e.b = append(e.b, quote(typ)...)
+	e.b = append(e.b, `,"loc":`...)
+	e.b = append(e.b, loc...)
+	e.b = append(e.b, `,"msg":`...)
+	e.b = append(e.b, quote(msg)...)
+	e.b = append(e.b, `,"input":`...)
+	if e.nonFinite && !json.Valid(input) {
+		input = []byte("null")
+	}
+	e.b = append(e.b, input...)
+	if ctx != "" {
+		e.b = append(e.b, `,"ctx":`...)
+		e.b = append(e.b, ctx...)
+	}
+	e.b = append(e.b, '}')
+}
+
+// addUnion reports a value that is none of string, object and array, one
+// error per member of the union, as pydantic's smart union does.
+func (e *errorList) addUnion(loc string, input []byte) {
+	member := func(name string) string { return loc[:len(loc)-1] + `,` + quote(name) + `]` }
+	e.add("string_type", member("str"), "Input should be a valid string", input, "")
+	e.add("dict_type", member("dict[str,any]"), "Input should be a valid dictionary", input, "")
+	e.add("list_type", member("list[any]"), "Input should be a valid list", input, "")
+}
+
+func (e *errorList) done() *ValidationError {
+	return &ValidationError{body: append(e.b, "]}"...)}
+}
+
+// loc returns the JSON location array ["body", parts...].
+func loc(parts ...string) string {
+	b := []byte(`["body"`)
+	for _, p := range parts {
+		b = append(b, ',')
+		b = append(b, quote(p)...)
+	}
+	return string(append(b, ']'))
+}
+
+// quote returns s as a JSON string.
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -1,0 +1,130 @@
+package guardrails
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// Config is the `guardrails` block: a check of every evaluation request's
+// state against the guardrails service before it is forwarded.
+type Config struct {
+	// URL is the base URL of the guardrails service; the check is POSTed to
+	// URL + "/v1/guardrails". Required.
+	URL string `json:"url"`
+	// APIKey is the gateway's own key for the guardrails service (never the
+	// client's). Required.
+	APIKey string `json:"api_key,omitempty"`
+	// Model is sent as the request's `model`. Default "Service-Guardrails-Text".
+	Model string `json:"model,omitempty"`
+	// Timeout bounds the whole check (connect, send, answer). Default 2s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// Block lists the overall risk levels (none low medium high) that are
+	// answered with 400 guardrails_blocked. Default [high].
+	Block []string `json:"block,omitempty"`
+	// Review lists the levels that are forwarded but routed to a human.
+	// Default [medium low].
+	Review []string `json:"review,omitempty"`
+	// BlockCategory lists contract category names that block at any level.
+	// Default none.
+	BlockCategory []string `json:"block_category,omitempty"`
+	// OnError is "block" (default: 503 guardrails_unavailable) or "allow"
+	// (forward, unchecked, routed to a human) when the check fails.
+	OnError string `json:"on_error,omitempty"`
+	// Cache keeps verdicts for identical message lists this long. Default 0 (off).
+	Cache caddy.Duration `json:"cache,omitempty"`
+	// Mode is "sequential" (default: check, then forward) or "parallel"
+	// (check and forward at once; a block discards the upstream's answer).
+	Mode string `json:"mode,omitempty"`
+}
+
+// Defaults of the guardrails block.
+const (
+	DefaultModel   = "Service-Guardrails-Text"
+	DefaultTimeout = 2 * time.Second
+)
+
+// Values of Config.OnError and Config.Mode.
+const (
+	OnErrorBlock   = "block"
+	OnErrorAllow   = "allow"
+	ModeSequential = "sequential"
+	ModeParallel   = "parallel"
+)
+
+// withDefaults returns c with every unset field at its default, or the first
+// setting that is out of range.
+func (c Config) withDefaults() (Config, error) {
+	if c.URL == "" {
+		return c, errors.New("url is required")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return c, fmt.Errorf("url: %v", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return c, fmt.Errorf("url %q: must be http:// or https:// with a host", c.URL)
+	}
+	// The key belongs in api_key, and the check's path is appended to the
+	// URL: credentials, a query or a fragment here would be a mistake that
+	// might also end up in error messages.
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return c, errors.New("url: must not hold credentials, a query or a fragment")
+	}
+	if c.APIKey == "" {
+		return c, errors.New("api_key is required")
+	}
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	switch {
+	case c.Timeout < 0:
+		return c, fmt.Errorf("timeout %v: must be positive", time.Duration(c.Timeout))
+	case c.Timeout == 0:
+		c.Timeout = caddy.Duration(DefaultTimeout)
+	}
+	if c.Cache < 0 {
+		return c, fmt.Errorf("cache %v: must not be negative", time.Duration(c.Cache))
+	}
+	if c.Block == nil {
+		c.Block = []string{RiskHigh}
+	}
+	if c.Review == nil {
+		c.Review = []string{RiskMedium, RiskLow}
+	}
+	for _, l := range slices.Concat(c.Block, c.Review) {
+		if !slices.Contains(levels, l) {
+			return c, fmt.Errorf("risk level %q: must be one of %s", l, strings.Join(levels, " "))
+		}
+	}
+	for _, l := range c.Block {
+		if slices.Contains(c.Review, l) {
+			return c, fmt.Errorf("risk level %q is in both block and review", l)
+		}
+	}
+	for _, name := range c.BlockCategory {
+		if !slices.Contains(categoryOrder, name) {
+			return c, fmt.Errorf("block_category %q: must be one of %s", name, strings.Join(categoryOrder, " "))
+		}
+	}
+	switch c.OnError {
+	case "":
+		c.OnError = OnErrorBlock
+	case OnErrorBlock, OnErrorAllow:
+	default:
+		return c, fmt.Errorf("on_error %q: must be %s or %s", c.OnError, OnErrorBlock, OnErrorAllow)
+	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeSequential
+	case ModeSequential, ModeParallel:
+	default:
+		return c, fmt.Errorf("mode %q: must be %s or %s", c.Mode, ModeSequential, ModeParallel)
+	}
+	return c, nil
+}

@@ -1,0 +1,95 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/systemone/systemone-gateway/evaluation"
+)
+
+// Config is the `route` block: confidence thresholds pinned to concrete model
+// versions, and the review queue for answers routed to a human.
+type Config struct {
+	// Pins holds the thresholds of each pinned model version.
+	Pins []Pin `json:"pins,omitempty"`
+	// Unpinned is the route of an answer from a version with no pin: "human"
+	// (default) or "auto".
+	Unpinned string `json:"unpinned,omitempty"`
+	// Queue, when set, appends every response routed to a human to a Redis stream.
+	Queue *Queue `json:"queue,omitempty"`
+}
+
+// Pin is the thresholds tuned against one concrete model version.
+type Pin struct {
+	// Version is the concrete version, as the response's `model` names it
+	// (for example "service-1.0.0").
+	Version string `json:"version"`
+	// Noul, Choice and Score are the thresholds for each question type, in
+	// 0..1. A type without one routes its questions to a human (no_threshold).
+	Noul   *float64 `json:"noul,omitempty"`
+	Choice *float64 `json:"choice,omitempty"`
+	Score  *float64 `json:"score,omitempty"`
+	// Questions overrides the type's threshold for a question id.
+	Questions map[string]float64 `json:"questions,omitempty"`
+}
+
+// Queue is the Redis stream that receives human-routed answers.
+type Queue struct {
+	// Stream is the Redis stream key.
+	Stream string `json:"stream"`
+	// MaxLen trims the stream approximately (XADD MAXLEN ~). Default 100000.
+	MaxLen int64 `json:"maxlen,omitempty"`
+	// IncludeContent adds the request and response bodies to each entry.
+	// Default false: entries then hold ids, routes and confidences only, and
+	// the stream keeps no evaluated content.
+	IncludeContent bool `json:"include_content,omitempty"`
+}
+
+// DefaultMaxLen is the stream length Queue.MaxLen defaults to.
+const DefaultMaxLen = 100000
+
+// Validate checks the config without acquiring anything: thresholds in 0..1,
+// each version pinned at most once, a known `unpinned` value and a named
+// stream.
+func (c Config) Validate() error {
+	switch c.Unpinned {
+	case "", RouteHuman, RouteAuto:
+	default:
+		return fmt.Errorf("unpinned must be %q or %q, not %q", RouteHuman, RouteAuto, c.Unpinned)
+	}
+	seen := make(map[string]bool, len(c.Pins))
+	for _, p := range c.Pins {
+		if p.Version == "" {
+			return errors.New("pin: empty version")
+		}
+		if seen[p.Version] {
+			return fmt.Errorf("pin %q: version pinned twice", p.Version)
+		}
+		seen[p.Version] = true
+		for _, t := range [...]struct {
+			typ string
+			v   *float64
+		}{{evaluation.TypeNoul, p.Noul}, {evaluation.TypeChoice, p.Choice}, {evaluation.TypeScore, p.Score}} {
+			if t.v != nil && !inUnit(*t.v) {
+				return fmt.Errorf("pin %q: %s threshold %v is outside 0..1", p.Version, t.typ, *t.v)
+			}
+		}
+		for id, v := range p.Questions {
+			if !inUnit(v) {
+				return fmt.Errorf("pin %q: question %q threshold %v is outside 0..1", p.Version, id, v)
+			}
+		}
+	}
+	if q := c.Queue; q != nil {
+		if q.Stream == "" {
+			return errors.New("queue: empty stream name")
+		}
+		if q.MaxLen < 0 {
+			return fmt.Errorf("queue %q: negative maxlen %d", q.Stream, q.MaxLen)
+		}
+	}
+	return nil
+}
+
+// inUnit reports whether v is in 0..1; NaN is not.
+func inUnit(v float64) bool { return v >= 0 && v <= 1 }
