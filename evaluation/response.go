@@ -1,0 +1,121 @@
+package evaluation
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Response is what the gateway reads of a 200 evaluation response.
+type Response struct {
+	// Model is the concrete version that answered.
+	Model string
+	// InputTokens is usage.input_tokens, the basis of billing; HasUsage
+	// reports whether the response carried it.
+	InputTokens int64
+	HasUsage    bool
+	// Answers are in the order the body lists them.
+	Answers []Answer
+}
+
+// Answer is one entry of the response's `answers` map.
+type Answer struct {
+	ID   string
+	Type string
+	// Noul is the probability of yes (noul answers); Confidence is the
+	// choice or score confidence. HasNoul and HasConfidence report whether
+	// the field was a number.
+	Noul, Confidence       float64
+	HasNoul, HasConfidence bool
+}
+
+// Find returns the answer to question id.
+func (r *Response) Find(id string) (Answer, bool) {
+	for i := range r.Answers {
+		if r.Answers[i].ID == id {
+			return r.Answers[i], true
+		}
+	}
+	return Answer{}, false
+}
+
+// ErrUnreadable is a response body that is not a readable evaluation answer.
+var ErrUnreadable = errors.New("unreadable evaluation response")
+
+// ParseResponse reads model, usage and the answers' types and numbers from a
+// (decompressed) 200 body in one pass, skipping everything else (the
+// probabilities, legends and choices).
+func ParseResponse(body []byte) (*Response, error) {
+	s := scanner{b: body}
+	resp := &Response{}
+	var (
+		cur                                Answer
+		visitAnswer, visitAnswers, visitTop func(key span) bool
+		visitUsage                         func(key span) bool
+	)
+	number := func(sp span) (float64, bool) {
+		if sp.kind != kindNumber {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(string(raw(body, sp)), 64)
+		return v, err == nil
+	}
+	visitAnswer = func(key span) bool {
+		switch {
+		case s.keyIs(key, "type"):
+			if sp := s.value(nil); sp.kind == kindString {
+				cur.Type = s.text(sp)
+			}
+		case s.keyIs(key, "noul"):
+			cur.Noul, cur.HasNoul = number(s.value(nil))
+		case s.keyIs(key, "confidence"):
+			cur.Confidence, cur.HasConfidence = number(s.value(nil))
+		default:
+			return false
+		}
+		return true
+	}
+	visitAnswers = func(key span) bool {
+		cur = Answer{ID: s.text(key)}
+		if sp := s.value(visitAnswer); sp.kind == kindObject {
+			resp.Answers = append(resp.Answers, cur)
+		}
+		return true
+	}
+	visitUsage = func(key span) bool {
+		if !s.keyIs(key, "input_tokens") {
+			return false
+		}
+		sp := s.value(nil)
+		if v, err := strconv.ParseInt(string(raw(body, sp)), 10, 64); err == nil && sp.kind == kindNumber && v >= 0 {
+			resp.InputTokens, resp.HasUsage = v, true
+		}
+		return true
+	}
+	visitTop = func(key span) bool {
+		switch {
+		case s.keyIs(key, "model"):
+			if sp := s.value(nil); sp.kind == kindString {
+				resp.Model = s.text(sp)
+			}
+		case s.keyIs(key, "answers"):
+			resp.Answers = resp.Answers[:0]
+			s.value(visitAnswers)
+		case s.keyIs(key, "usage"):
+			s.value(visitUsage)
+		default:
+			return false
+		}
+		return true
+	}
+	root := s.value(visitTop)
+	if s.err == nil {
+		s.skipSpace()
+		if s.pos < len(body) {
+			s.fail(s.pos, "Extra data")
+		}
+	}
+	if s.err != nil || root.kind != kindObject {
+		return nil, ErrUnreadable
+	}
+	return resp, nil
+}

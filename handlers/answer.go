@@ -1,0 +1,86 @@
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Reasons in X-Gateway-Reject: why the gateway answered instead of the upstream.
+const (
+	rejectInvalidKey       = "invalid_api_key"
+	rejectTooLarge         = "request_too_large"
+	rejectInvalidRequest   = "invalid_request"
+	rejectRateLimited      = "rate_limited"
+	rejectGuardrailsBlock  = "guardrails_blocked"
+	rejectGuardrailsDown   = "guardrails_unavailable"
+	rejectLimiterDown      = "rate_limiter_unavailable"
+	rejectBreakerOpen      = "breaker_open"
+	headerGatewayReject    = "X-Gateway-Reject"
+	headerRetryAfter       = "Retry-After"
+	contentTypeJSON        = "application/json"
+	bodyInvalidKey         = `{"detail":"invalid_api_key"}`
+	bodyTooLarge           = `{"detail":"request_too_large"}`
+	bodyGuardrailsDown     = `{"detail":"guardrails_unavailable"}`
+	bodyLimiterDown        = `{"detail":"rate_limiter_unavailable"}`
+	bodyOverloaded         = `{"detail":"overloaded"}`
+	defaultRetryAfterShort = time.Second
+)
+
+// answer is a response the gateway gives itself, never forwarded upstream.
+type answer struct {
+	status     int
+	reason     string        // X-Gateway-Reject
+	body       []byte        // {"detail": ...}
+	retryAfter time.Duration // rounded up to whole seconds, at least 1; 0 for none
+}
+
+// write sends the answer. Headers in the gateway's namespaces that anything
+// before it set are replaced, so the client sees only the gateway's own.
+func (a answer) write(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", contentTypeJSON)
+	h.Set("Content-Length", strconv.Itoa(len(a.body)))
+	h.Set(headerGatewayReject, a.reason)
+	if a.retryAfter > 0 {
+		h.Set(headerRetryAfter, strconv.FormatInt(retrySeconds(a.retryAfter), 10))
+	}
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
+}
+
+// retrySeconds rounds a wait up to whole seconds, at least 1, as the
+// retry-after header needs.
+func retrySeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		return 1
+	}
+	return s
+}
+
+// detailBody is {"detail": "<sentence>"}.
+func detailBody(sentence string) []byte {
+	quoted, _ := json.Marshal(sentence)
+	return []byte(`{"detail":` + string(quoted) + `}`)
+}
+
+// gatewayHeaderPrefixes are the gateway's own header namespaces, in
+// canonical form (X-RateLimit-* canonicalizes to X-Ratelimit-*).
+var gatewayHeaderPrefixes = []string{"X-Gateway-", "X-Route-", "X-Guardrails-", "X-Ratelimit-"}
+
+// dropGatewayHeaders removes headers in the gateway's own namespaces (from
+// the upstream or anyone else), so none passes as the gateway's.
+func dropGatewayHeaders(h http.Header) {
+	delete(h, "X-Route")
+	for name := range h {
+		for _, prefix := range gatewayHeaderPrefixes {
+			if strings.HasPrefix(name, prefix) {
+				delete(h, name)
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,360 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/policy/breaker"
+	"github.com/systemone/systemone-gateway/policy/guardrails"
+	"github.com/systemone/systemone-gateway/policy/identity"
+	"github.com/systemone/systemone-gateway/policy/limits"
+	"github.com/systemone/systemone-gateway/policy/route"
+)
+
+var errTooLarge = errors.New("request body over max_body")
+
+// serveEvaluation is the pipeline for POST .../v1/systemone, in order:
+// identity, body, validation, breaker, limits, guardrails, the upstream, and
+// on the way back the answer's reading, routing, and the token settlement.
+// Each step either passes the request on or answers for the upstream.
+func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	x := &exchange{start: h.now()}
+	defer h.logExchange(x)
+
+	key, ok := identity.BearerKey(r.Header)
+	if ok {
+		x.org, ok = h.identity.Org(r, key)
+	}
+	if !ok {
+		return x.answer(w, answer{status: http.StatusUnauthorized, reason: rejectInvalidKey, body: []byte(bodyInvalidKey)})
+	}
+
+	buf := buffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	body, err := h.readBody(r, buf)
+	if err != nil {
+		buffers.Put(buf)
+		if errors.Is(err, errTooLarge) {
+			return x.answer(w, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
+		}
+		x.status = http.StatusBadRequest
+		return caddyhttp.Error(http.StatusBadRequest, err) // the client went away mid-body
+	}
+	upstreamBody := &requestBody{Reader: bytes.NewReader(body)}
+	defer func() {
+		// The transport may still read the body after next returns; the
+		// buffer is reused only once it has closed it, or never got it.
+		if !x.forwarded || upstreamBody.closed.Load() {
+			buffers.Put(buf)
+		}
+	}()
+
+	req, err := evaluation.ParseRequest(body)
+	if err != nil {
+		var invalid *evaluation.ValidationError
+		errors.As(err, &invalid)
+		return x.answer(w, answer{status: http.StatusUnprocessableEntity, reason: rejectInvalidRequest, body: invalid.Body()})
+	}
+	x.req = req
+
+	if h.breakers != nil {
+		ticket, open := h.breakers.Allow(req.ModelOrDefault())
+		if open != nil {
+			x.breakerState = open.State
+			return x.answer(w, answer{status: 529, reason: rejectBreakerOpen, body: []byte(bodyOverloaded), retryAfter: open.RetryAfter})
+		}
+		x.ticket = ticket
+		defer ticket.Cancel() // a request that ends before the upstream answers counts for nothing
+	}
+
+	if h.limiter != nil {
+		d := h.limiter.Admit(r.Context(), x.org, req.EstimatedTokens)
+		x.limits = &d
+		if a, refused := limitAnswer(d); refused {
+			return x.answer(w, a)
+		}
+		defer func() { h.limiter.Settle(d, x.billedTokens(d.Charged)) }()
+	}
+
+	var verdict <-chan guardrails.Verdict
+	if h.guardrails != nil {
+		verdict = h.checkGuardrails(r.Context(), req.State)
+		if !h.guardrails.Parallel() {
+			if a, refused := x.takeVerdict(verdict); refused {
+				return x.answer(w, a)
+			}
+		}
+	}
+
+	return h.forward(w, r, next, x, upstreamBody, verdict)
+}
+
+// forward hands the request to the upstream and reads its answer on the way
+// back. With a parallel guardrails check, the answer is held until the
+// verdict is in, and dropped if the verdict refuses the request.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange, body *requestBody, verdict <-chan guardrails.Verdict) error {
+	before := w.Header().Clone() // restored if the upstream's answer is dropped
+	var refusal *answer
+	commit := func(status int, raw []byte) bool {
+		if x.verdict == nil && verdict != nil {
+			if a, refused := x.takeVerdict(verdict); refused {
+				refusal = &a
+				return false
+			}
+		}
+		h.readAnswer(r.Context(), x, w.Header(), status, raw)
+		return true
+	}
+
+	respBuf := buffers.Get().(*bytes.Buffer)
+	respBuf.Reset()
+	defer buffers.Put(respBuf)
+	rec := newInterceptor(w, respBuf, maxResponseBuffer, commit)
+
+	r.Body = body
+	x.forwarded = true
+	started := h.now()
+	err := next.ServeHTTP(rec, r)
+	sent := rec.finish()
+	x.upstream = h.now().Sub(started)
+
+	x.status = rec.status
+	if !sent && rec.status == 0 {
+		x.status = errorStatus(err)
+	}
+	if x.ticket != nil {
+		x.ticket.Done(x.status, err)
+	}
+	if !sent && refusal == nil && verdict != nil && x.verdict == nil {
+		// The upstream failed before answering: the verdict still decides
+		// whether the client hears of the failure or of the refusal.
+		if a, refused := x.takeVerdict(verdict); refused {
+			refusal = &a
+		}
+	}
+	if refusal != nil {
+		replaceHeader(w.Header(), before)
+		x.status = 0
+		return x.answer(w, *refusal)
+	}
+	if !sent {
+		// reverse_proxy reports failures as errors for Caddy to answer;
+		// the gateway's headers still go with that answer.
+		x.setHeaders(w.Header())
+	}
+	return err
+}
+
+// readAnswer reads what the gateway needs of the upstream's response and
+// adds its headers, just before the response goes to the client.
+func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
+	x.status = status
+	x.requestID = header.Get("X-Request-Id")
+	dropGatewayHeaders(header)
+	x.setHeaders(header)
+
+	switch status {
+	case http.StatusOK:
+		var resp *evaluation.Response
+		text, readable := decodedBody(header, raw, maxResponseBuffer)
+		if raw != nil && readable {
+			resp, _ = evaluation.ParseResponse(text)
+		}
+		if resp != nil {
+			x.model = resp.Model
+			x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
+		}
+		if h.router != nil {
+			if resp == nil {
+				text = nil
+			}
+			d := h.router.Decide(x.req.Questions, text, x.routeSignal())
+			x.route = &d
+			d.SetHeaders(header)
+			if d.Route == route.RouteHuman {
+				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org})
+			}
+		}
+	case http.StatusTooManyRequests:
+		// The upstream's own quota for this org: hold the org at the edge.
+		if h.limiter != nil {
+			h.limiter.Hold(x.org, retryAfter(header))
+		}
+	}
+}
+
+// checkGuardrails starts the guardrails check; its verdict arrives on the
+// channel. The check runs on its own goroutine so a parallel check overlaps
+// the upstream call; a sequential one is waited for at once.
+func (h *Handler) checkGuardrails(ctx context.Context, state []byte) <-chan guardrails.Verdict {
+	ch := make(chan guardrails.Verdict, 1)
+	if !h.guardrails.Parallel() {
+		ch <- h.guardrails.Check(ctx, state)
+		return ch
+	}
+	go func() { ch <- h.guardrails.Check(ctx, state) }()
+	return ch
+}
+
+// readBody reads the request body, at most MaxBody bytes.
+func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, error) {
+	if r.ContentLength > h.MaxBody {
+		return nil, errTooLarge
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.MaxBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > h.MaxBody {
+		return nil, errTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// requestBody is the body handed to the upstream; it records when the
+// transport is done with it, so its buffer can be reused safely.
+type requestBody struct {
+	*bytes.Reader
+	closed atomic.Bool
+}
+
+// Close implements io.Closer.
+func (b *requestBody) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+// limitAnswer is the answer for a refused admission, if it was refused.
+func limitAnswer(d limits.Decision) (answer, bool) {
+	switch {
+	case d.Unavailable:
+		return answer{status: http.StatusServiceUnavailable, reason: rejectLimiterDown, body: []byte(bodyLimiterDown), retryAfter: defaultRetryAfterShort}, true
+	case !d.Allowed:
+		return answer{status: http.StatusTooManyRequests, reason: rejectRateLimited, body: detailBody(d.Message), retryAfter: d.RetryAfter}, true
+	}
+	return answer{}, false
+}
+
+// errorStatus is the status Caddy will answer for an error from next.
+func errorStatus(err error) int {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		return he.StatusCode
+	}
+	if err != nil {
+		return http.StatusInternalServerError
+	}
+	return http.StatusOK
+}
+
+// retryAfter reads a retry-after header in seconds (at least 1s).
+func retryAfter(h http.Header) time.Duration {
+	secs, err := strconv.ParseFloat(h.Get(headerRetryAfter), 64)
+	if err != nil || secs < 1 {
+		secs = 1
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// replaceHeader makes h hold exactly the fields of want.
+func replaceHeader(h, want http.Header) {
+	for k := range h {
+		delete(h, k)
+	}
+	for k, v := range want {
+		h[k] = v
+	}
+}
+
+// exchange is one evaluation request on its way through the gateway: what
+// the policies decided, and what its log entry reports.
+type exchange struct {
+	start     time.Time
+	org       string
+	req       *evaluation.Request
+	status    int
+	reject    string
+	forwarded bool
+
+	ticket       *breaker.Ticket
+	breakerState string
+	limits       *limits.Decision
+	verdict      *guardrails.Verdict
+	route        *route.Decision
+
+	model     string
+	usage     int64
+	hasUsage  bool
+	requestID string
+	upstream  time.Duration
+}
+
+// answer writes the gateway's own answer, with the headers it owes.
+func (x *exchange) answer(w http.ResponseWriter, a answer) error {
+	x.status, x.reject = a.status, a.reason
+	dropGatewayHeaders(w.Header())
+	x.setHeaders(w.Header())
+	a.write(w)
+	return nil
+}
+
+// setHeaders adds the rate-limit and guardrails headers the exchange has.
+func (x *exchange) setHeaders(h http.Header) {
+	if x.limits != nil {
+		x.limits.SetHeaders(h)
+	}
+	if x.verdict != nil && x.reject == "" {
+		x.verdict.SetHeaders(h)
+	}
+}
+
+// takeVerdict waits for the guardrails verdict and says whether it refuses
+// the request, and with what answer.
+func (x *exchange) takeVerdict(ch <-chan guardrails.Verdict) (answer, bool) {
+	v := <-ch
+	x.verdict = &v
+	switch {
+	case v.Unavailable:
+		return answer{status: http.StatusServiceUnavailable, reason: rejectGuardrailsDown, body: []byte(bodyGuardrailsDown), retryAfter: defaultRetryAfterShort}, true
+	case v.Action == guardrails.ActionBlock:
+		return answer{status: http.StatusBadRequest, reason: rejectGuardrailsBlock, body: v.BlockedBody()}, true
+	}
+	return answer{}, false
+}
+
+// routeSignal is what the guardrails verdict forces on routing.
+func (x *exchange) routeSignal() route.Signal {
+	if x.verdict == nil {
+		return route.Signal{}
+	}
+	return route.Signal{
+		GuardrailsReview:    x.verdict.Action == guardrails.ActionReview,
+		GuardrailsUnchecked: x.verdict.Action == guardrails.ActionUnchecked,
+	}
+}
+
+// billedTokens is what the request finally costs the org's token bucket:
+// the upstream's usage for a 200 that reported it, the estimate for a 200
+// that did not, nothing for anything else (the upstream bills only success).
+func (x *exchange) billedTokens(charged int64) int64 {
+	switch {
+	case x.status != http.StatusOK || x.reject != "":
+		return 0
+	case x.hasUsage:
+		return x.usage
+	default:
+		return charged
+	}
+}

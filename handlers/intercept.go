@@ -1,0 +1,156 @@
+package handlers
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// commitFunc is called once, just before the first byte of the upstream's
+// response would reach the client, with the response's status and — for a
+// 200 whose body fit the buffering bound — the whole body as the upstream
+// sent it (body is nil otherwise). It adds the gateway's headers to the
+// response headers, and returns false to discard the upstream's response
+// (a parallel guardrails check that blocked), in which case the handler
+// answers instead.
+type commitFunc func(status int, body []byte) (keep bool)
+
+// interceptor holds back an upstream response until the gateway has read
+// what it needs from it and added its headers, then passes the upstream's
+// bytes on unchanged. A 200 body is buffered up to limit bytes; a larger one,
+// or any other status, is committed at once and streamed.
+type interceptor struct {
+	w      http.ResponseWriter
+	limit  int
+	commit commitFunc
+	buf    *bytes.Buffer
+
+	status      int
+	wroteHeader bool // the upstream wrote its header
+	committed   bool // the client has the header
+	discard     bool // commit said to drop the upstream's response
+}
+
+func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, commit commitFunc) *interceptor {
+	return &interceptor{w: w, buf: buf, limit: limit, commit: commit}
+}
+
+// Header returns the real response's header map: the upstream's headers
+// land there directly, and nothing is sent before the commit.
+func (i *interceptor) Header() http.Header { return i.w.Header() }
+
+func (i *interceptor) WriteHeader(status int) {
+	if i.wroteHeader {
+		return
+	}
+	if status >= 100 && status < 200 {
+		// Informational responses (103 Early Hints) pass through at once.
+		if !i.committed {
+			i.w.WriteHeader(status)
+		}
+		return
+	}
+	i.status, i.wroteHeader = status, true
+	if status != http.StatusOK {
+		i.flushOut(nil)
+	}
+}
+
+func (i *interceptor) Write(p []byte) (int, error) {
+	if !i.wroteHeader {
+		i.WriteHeader(http.StatusOK)
+	}
+	switch {
+	case i.discard:
+		return len(p), nil
+	case i.committed:
+		return i.w.Write(p)
+	case i.buf.Len()+len(p) > i.limit:
+		// Over the bound: the gateway gives up reading it and streams.
+		i.flushOut(nil)
+		if i.discard {
+			return len(p), nil
+		}
+		return i.w.Write(p)
+	default:
+		return i.buf.Write(p)
+	}
+}
+
+// flushOut commits the header (body is what the gateway could read) and
+// sends what was buffered.
+func (i *interceptor) flushOut(body []byte) {
+	if i.committed || i.discard {
+		return
+	}
+	if !i.commit(i.status, body) {
+		i.discard = true
+		return
+	}
+	i.committed = true
+	i.w.WriteHeader(i.status)
+	if i.buf.Len() > 0 {
+		_, _ = i.w.Write(i.buf.Bytes())
+		i.buf.Reset()
+	}
+}
+
+// finish commits a response that was buffered whole. It reports whether the
+// upstream's response went (or is going) to the client; false means nothing
+// was written and the handler must answer.
+func (i *interceptor) finish() bool {
+	if i.wroteHeader && !i.committed && !i.discard {
+		i.flushOut(i.buf.Bytes())
+	}
+	return i.committed
+}
+
+// FlushError holds flushes back until the commit; after it, they reach the
+// client. Implementing it keeps http.ResponseController from unwrapping past
+// the interceptor and flushing an uncommitted header.
+func (i *interceptor) FlushError() error {
+	if !i.committed {
+		return nil
+	}
+	return http.NewResponseController(i.w).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (i *interceptor) Unwrap() http.ResponseWriter { return i.w }
+
+// decodedBody returns a response body as text for reading: gzip and deflate
+// are decoded (bounded by limit, against decompression bombs); the bytes
+// sent to the client are never touched. ok is false when the body cannot be
+// decoded within the bound.
+func decodedBody(h http.Header, body []byte, limit int) (decoded []byte, ok bool) {
+	var r io.Reader
+	switch strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding"))) {
+	case "", "identity":
+		return body, true
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, false
+		}
+		r = zr
+	case "deflate":
+		// HTTP's deflate is zlib-wrapped; some servers send it raw.
+		zr, err := zlib.NewReader(bytes.NewReader(body))
+		if err != nil {
+			r = flate.NewReader(bytes.NewReader(body))
+		} else {
+			r = zr
+		}
+	default:
+		return nil, false
+	}
+	out, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil || len(out) > limit {
+		return nil, false
+	}
+	return out, true
+}

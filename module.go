@@ -1,0 +1,28 @@
+// Package systemone is an edge gateway for the systemone evaluation service,
+// built as Caddy modules: the `systemone` handler (guardrails, per-org
+// limits, a circuit breaker and confidence routing in front of
+// reverse_proxy) and the `systemone_simulator` upstream. Importing it
+// registers both modules and their Caddyfile directives.
+package systemone
+
+import (
+	_ "embed"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/systemone/systemone-gateway/caddyfile"
+	"github.com/systemone/systemone-gateway/handlers"
+	_ "github.com/systemone/systemone-gateway/simulator" // registers systemone_simulator
+)
+
+// DefaultCaddyfile is the repository's root Caddyfile: the gateway on :8080
+// in front of the simulator on :9080, with in-process limits. The binary
+// serves it when run with no config of its own.
+//
+//go:embed Caddyfile
+var DefaultCaddyfile []byte
+
+func init() {
+	caddy.RegisterModule(handlers.Handler{})
+	caddyfile.Register()
+}

@@ -1,0 +1,111 @@
+// Package identity decides which organization a request belongs to: the
+// organization's buckets, breaker and logs are keyed by it. The bearer key
+// itself is never kept: only its SHA-256 is compared or fingerprinted.
+package identity
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// Unknown-key policies for keys missing from the org_keys file.
+const (
+	UnknownOwn    = "own"    // the key is an organization of its own
+	UnknownReject = "reject" // the key is refused with 401 at the edge
+)
+
+// Resolver maps a request to its organization id.
+type Resolver struct {
+	header string
+	keys   map[[sha256.Size]byte]string
+	reject bool
+}
+
+// New builds a resolver. header, when set, names a request header that a
+// preceding handler sets and that is trusted as the org id. keysFile, when
+// set, is a JSON object mapping the lowercase hex SHA-256 of a key to an org
+// id. unknown is UnknownOwn (default) or UnknownReject.
+func New(header, keysFile, unknown string) (*Resolver, error) {
+	r := &Resolver{header: header}
+	switch unknown {
+	case "", UnknownOwn:
+	case UnknownReject:
+		if keysFile == "" {
+			return nil, fmt.Errorf("unknown_keys reject needs org_keys")
+		}
+		r.reject = true
+	default:
+		return nil, fmt.Errorf("unknown_keys must be own or reject, not %q", unknown)
+	}
+	if keysFile != "" {
+		keys, err := load(keysFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading org_keys %s: %v", keysFile, err)
+		}
+		r.keys = keys
+	}
+	return r, nil
+}
+
+func load(path string) (map[[sha256.Size]byte]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]string
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	keys := make(map[[sha256.Size]byte]string, len(m))
+	for digest, org := range m {
+		var sum [sha256.Size]byte
+		if n, err := hex.Decode(sum[:], []byte(strings.ToLower(digest))); err != nil || n != sha256.Size {
+			// The value could be a key pasted by mistake: never echo it.
+			return nil, fmt.Errorf("an entry is not a 64-digit hex SHA-256")
+		}
+		if org == "" {
+			return nil, fmt.Errorf("an entry maps to an empty org id")
+		}
+		keys[sum] = org
+	}
+	return keys, nil
+}
+
+// Org returns the organization of a request whose bearer key is key, and
+// false when the key must be refused.
+func (r *Resolver) Org(req *http.Request, key string) (string, bool) {
+	if r.header != "" {
+		if org := req.Header.Get(r.header); org != "" {
+			return org, true
+		}
+	}
+	sum := sha256.Sum256([]byte(key))
+	if org, ok := r.keys[sum]; ok {
+		return org, true
+	}
+	if r.reject {
+		return "", false
+	}
+	return Fingerprint(sum), true
+}
+
+// Fingerprint is the org id of a key that has no org of its own: a short,
+// stable, one-way name ("key-" and 16 hex digits of its SHA-256).
+func Fingerprint(sum [sha256.Size]byte) string {
+	return "key-" + hex.EncodeToString(sum[:8])
+}
+
+// BearerKey returns the key of an `Authorization: Bearer <key>` header.
+func BearerKey(h http.Header) (string, bool) {
+	v := h.Get("Authorization")
+	if len(v) < 7 || !strings.EqualFold(v[:7], "bearer ") {
+		return "", false
+	}
+	key := strings.TrimSpace(v[7:])
+	return key, key != ""
+}

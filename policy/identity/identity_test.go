@@ -1,0 +1,99 @@
+package identity
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func keysFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func digest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+func TestOrg(t *testing.T) {
+	file := keysFile(t, `{"`+digest("k1")+`":"acme","`+strings.ToUpper(digest("k2"))+`":"acme","`+digest("k3")+`":"globex"}`)
+	req, _ := http.NewRequest("POST", "/v1/systemone", nil)
+	req.Header.Set("X-Org", "spoofed")
+
+	own, err := New("", file, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"k1": "acme", "k2": "acme", "k3": "globex"} {
+		if org, ok := own.Org(req, key); !ok || org != want {
+			t.Errorf("key %s: %q %v, want %q", key, org, ok, want)
+		}
+	}
+	org, ok := own.Org(req, "secret-unknown")
+	if !ok || !strings.HasPrefix(org, "key-") || len(org) != 20 || strings.Contains(org, "secret") {
+		t.Errorf("unknown key: %q %v, want a fingerprint", org, ok)
+	}
+	if again, _ := own.Org(req, "secret-unknown"); again != org {
+		t.Errorf("fingerprint not stable: %q vs %q", again, org)
+	}
+
+	reject, err := New("", file, UnknownReject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := reject.Org(req, "secret-unknown"); ok {
+		t.Error("unknown key admitted with unknown_keys reject")
+	}
+	if org, ok := reject.Org(req, "k1"); !ok || org != "acme" {
+		t.Errorf("known key with reject: %q %v", org, ok)
+	}
+
+	header, _ := New("X-Org", "", "")
+	if org, _ := header.Org(req, "k1"); org != "spoofed" {
+		t.Errorf("org_header: %q", org)
+	}
+	req.Header.Del("X-Org")
+	if org, _ := header.Org(req, "k1"); !strings.HasPrefix(org, "key-") {
+		t.Errorf("org_header absent: %q, want the key's fingerprint", org)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	for name, c := range map[string]struct{ file, unknown string }{
+		"reject without keys": {"", UnknownReject},
+		"bad unknown":         {"", "maybe"},
+		"missing file":        {"/nonexistent/keys.json", ""},
+		"not hex":             {keysFile(t, `{"sk-live-123":"acme"}`), ""},
+		"empty org":           {keysFile(t, `{"`+digest("k")+`":""}`), ""},
+		"not json":            {keysFile(t, `nope`), ""},
+	} {
+		_, err := New("", c.file, c.unknown)
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else if strings.Contains(err.Error(), "sk-live") {
+			t.Errorf("%s: error echoes a key: %v", name, err)
+		}
+	}
+}
+
+func TestBearerKey(t *testing.T) {
+	for v, want := range map[string]string{"Bearer abc": "abc", "bearer  abc ": "abc", "Basic abc": "", "Bearer ": "", "": "", "Bearerabc": ""} {
+		h := http.Header{}
+		if v != "" {
+			h.Set("Authorization", v)
+		}
+		got, ok := BearerKey(h)
+		if got != want || ok != (want != "") {
+			t.Errorf("%q: %q %v, want %q", v, got, ok, want)
+		}
+	}
+}
