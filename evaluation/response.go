@@ -28,9 +28,10 @@ type Answer struct {
 	HasNoul, HasConfidence bool
 }
 
-// Find returns the answer to question id.
+// Find returns the answer to question id. A repeated id is answered by its
+// last occurrence, as JSON decoders read repeated keys.
 func (r *Response) Find(id string) (Answer, bool) {
-	for i := range r.Answers {
+	for i := len(r.Answers) - 1; i >= 0; i-- {
 		if r.Answers[i].ID == id {
 			return r.Answers[i], true
 		}

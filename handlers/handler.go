@@ -148,9 +148,7 @@ func (h *Handler) keyPrefix() string {
 func replaceAll(repl *caddy.Replacer, values []string) []string {
 	out := make([]string, 0, len(values))
 	for _, v := range values {
-		for _, field := range strings.Fields(repl.ReplaceAll(v, "")) {
-			out = append(out, field)
-		}
+		out = append(out, strings.Fields(repl.ReplaceAll(v, ""))...)
 	}
 	return out
 }

@@ -1,0 +1,120 @@
+package evaluation
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestParseResponse(t *testing.T) {
+	body := `{"model":"service-1.0.0","answers":{
+		"a":{"type":"noul","noul":0.95},
+		"b":{"type":"choice","choice":"x","probabilities":{"x":0.6,"y":0.4},"confidence":0.2},
+		"c":{"type":"score","score":1.81,"legend":{"0":"lo"},"probabilities":{"0":1},"confidence":0.61},
+		"d":{"type":"choice","confidence":"high"},
+		"e":"not an answer",
+		"a":{"type":"noul","noul":0.5}},
+		"usage":{"input_tokens":123,"output_tokens":4}}`
+	resp, err := ParseResponse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Model != "service-1.0.0" || !resp.HasUsage || resp.InputTokens != 123 {
+		t.Errorf("model %q usage %v %d", resp.Model, resp.HasUsage, resp.InputTokens)
+	}
+	if a, ok := resp.Find("a"); !ok || a.Noul != 0.5 || !a.HasNoul || a.Type != TypeNoul {
+		t.Errorf("a: %+v (a repeated id keeps its last answer)", a)
+	}
+	if b, _ := resp.Find("b"); b.Confidence != 0.2 || !b.HasConfidence || b.Type != TypeChoice {
+		t.Errorf("b: %+v", b)
+	}
+	if c, _ := resp.Find("c"); c.Confidence != 0.61 || c.Type != TypeScore {
+		t.Errorf("c: %+v", c)
+	}
+	if d, _ := resp.Find("d"); d.HasConfidence {
+		t.Errorf("d: a string confidence read as a number: %+v", d)
+	}
+	if _, ok := resp.Find("e"); ok {
+		t.Error("e: a non-object answer was read")
+	}
+}
+
+func TestParseResponseUnreadable(t *testing.T) {
+	for _, body := range []string{"", "null", "[]", `{"model":"x"`, `{"model":"x"} {}`, "\xff", `{"answers":{"a":{"noul":0.5,}}}`} {
+		if _, err := ParseResponse([]byte(body)); err == nil {
+			t.Errorf("%q: read as a response", body)
+		}
+	}
+	resp, err := ParseResponse([]byte(`{"usage":{"input_tokens":-3},"model":7}`))
+	if err != nil || resp.HasUsage || resp.Model != "" {
+		t.Errorf("bad usage or model read: %+v %v", resp, err)
+	}
+}
+
+func FuzzParseResponse(f *testing.F) {
+	f.Add([]byte(`{"model":"m","answers":{"a":{"type":"noul","noul":0.5}},"usage":{"input_tokens":3}}`))
+	f.Add([]byte(`{"answers":{"a":{"type":"choice","confidence":1e400}}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		resp, err := ParseResponse(body)
+		if err != nil {
+			return
+		}
+		// Whatever is read agrees with encoding/json where that decoder
+		// reads the body too.
+		var std struct {
+			Model string `json:"model"`
+		}
+		if json.Unmarshal(body, &std) == nil && std.Model != resp.Model && !strings.ContainsAny(string(body), "\\") {
+			t.Fatalf("model %q, encoding/json reads %q", resp.Model, std.Model)
+		}
+		if resp.HasUsage && resp.InputTokens < 0 {
+			t.Fatal("negative usage")
+		}
+	})
+}
+
+// responseBody builds a 200 body with n questions, as the simulator answers.
+func responseBody(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"service-1.0.0","answers":{`)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		switch i % 3 {
+		case 0:
+			fmt.Fprintf(&b, `"q%d":{"type":"noul","noul":0.93}`, i)
+		case 1:
+			fmt.Fprintf(&b, `"q%d":{"type":"choice","choice":"yes","probabilities":{"yes":0.81,"no":0.12,"maybe":0.07},"confidence":0.715}`, i)
+		default:
+			fmt.Fprintf(&b, `"q%d":{"type":"score","score":2.1,"legend":{"0":"bad","1":"ok","2":"good","3":"great"},"probabilities":{"0":0.04,"1":0.12,"2":0.54,"3":0.3},"confidence":0.54}`, i)
+		}
+	}
+	b.WriteString(`},"usage":{"input_tokens":91234,"output_tokens":150}}`)
+	return []byte(b.String())
+}
+
+func BenchmarkParseResponse50(b *testing.B) {
+	body := responseBody(50)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseResponse(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The baseline issue 7 measures against: encoding/json into map[string]any.
+func BenchmarkParseResponse50StdMap(b *testing.B) {
+	body := responseBody(50)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/systemone/systemone-gateway/internal/gatewaytest"
+	"github.com/systemone/systemone-gateway/simulator"
+)
+
+const breakerBlock = "\t\tbreaker {\n\t\t\tfailures 3\n\t\t\topen_for 1m\n\t\t}\n\t\tlimits\n"
+
+func modelBody(model string) string {
+	return `{"model":"` + model + `","state":"s","questions":{"q":{"type":"noul","instructions":"x"}}}`
+}
+
+// A run of 529s opens the model's breaker: then the gateway answers 529
+// itself, at once, and the upstream sees nothing more.
+func TestBreakerOpensOnOverload(t *testing.T) {
+	sim := newSimulator(t, simulator.Handler{})
+	sites, url := site(t, sim.Addr(), breakerBlock)
+	g := gatewaytest.Load(t, sites)
+
+	for i := 0; i < 3; i++ {
+		resp, body := post(t, url, "k", modelBody("service-1.0.0"), "X-Simulator-Overloaded", "1")
+		if resp.StatusCode != 529 || resp.Header.Get("X-Gateway-Reject") != "" {
+			t.Fatalf("call %d: %d %q %s, want the upstream's own 529", i, resp.StatusCode, resp.Header.Get("X-Gateway-Reject"), body)
+		}
+	}
+	if n := sim.Calls(); n != 3 {
+		t.Fatalf("%d upstream calls before the breaker opened, want 3", n)
+	}
+	remainingBefore := ""
+	for i := 0; i < 20; i++ {
+		resp, body := post(t, url, "k", modelBody("service-1.0.0"))
+		if resp.StatusCode != 529 || resp.Header.Get("X-Gateway-Reject") != "breaker_open" || string(body) != `{"detail":"overloaded"}` {
+			t.Fatalf("open breaker answered %d %q %s", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"), body)
+		}
+		if ra := resp.Header.Get("Retry-After"); ra != "60" && ra != "59" {
+			t.Errorf("retry-after %q, want the seconds until half-open (60)", ra)
+		}
+		if resp.Header.Get("X-Ratelimit-Remaining-Requests") != "" {
+			remainingBefore = "set"
+		}
+	}
+	if remainingBefore != "" {
+		t.Error("an open breaker touched the rate limiter")
+	}
+	if n := sim.Calls(); n != 3 {
+		t.Errorf("%d upstream calls, want none while open", n-3)
+	}
+	// Another model has a breaker of its own.
+	if resp, body := post(t, url, "k", modelBody("service-latest")); resp.StatusCode != 200 {
+		t.Errorf("another model: %d %s", resp.StatusCode, body)
+	}
+
+	var opened, rejectedLogged int
+	for _, e := range g.Log() {
+		if e["msg"] == "circuit breaker opened" && e["level"] == "warn" && e["model"] == "service-1.0.0" {
+			opened++
+		}
+		if e["msg"] == "systemone request" && e["reject"] == "breaker_open" && e["breaker_state"] == "open" {
+			rejectedLogged++
+		}
+	}
+	if opened != 1 || rejectedLogged != 20 {
+		t.Errorf("%d open warnings (want 1), %d rejections logged with breaker_state open (want 20)", opened, rejectedLogged)
+	}
+
+	// A reload with the same breaker settings keeps the open breaker open.
+	g.Reload(sites)
+	resp, _ := post(t, url, "k", modelBody("service-1.0.0"))
+	if resp.StatusCode != 529 || resp.Header.Get("X-Gateway-Reject") != "breaker_open" {
+		t.Errorf("after a reload: %d %q, want the breaker still open", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"))
+	}
+	if n := sim.Calls(); n != 4 {
+		t.Errorf("%d upstream calls after the reload, want 4", n)
+	}
+}
+
+// The upstream's 429s (an org's quota) and clients going away are not
+// overloads.
+func TestBreakerIgnoresQuotaAndCancellation(t *testing.T) {
+	var mu sync.Mutex
+	mode := "429"
+	up := gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		m := mode
+		mu.Unlock()
+		switch m {
+		case "429":
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(429)
+			_, _ = w.Write([]byte(`{"detail":"Rate limit exceeded"}`))
+		case "hang":
+			<-r.Context().Done()
+		}
+	}))
+	sites, url := site(t, up.Addr(), "\t\tbreaker {\n\t\t\tfailures 2\n\t\t}\n")
+	gatewaytest.Load(t, sites)
+
+	for i := 0; i < 10; i++ {
+		if resp, _ := post(t, url, "k", modelBody("m")); resp.StatusCode != 429 || resp.Header.Get("X-Gateway-Reject") != "" {
+			t.Fatalf("429 storm: %d %q", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"))
+		}
+	}
+	mu.Lock()
+	mode = "hang"
+	mu.Unlock()
+	for i := 0; i < 4; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/systemone", strings.NewReader(modelBody("m")))
+		req.Header.Set("Authorization", "Bearer k")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		cancel()
+	}
+	if n := up.Calls(); n != 14 {
+		t.Fatalf("%d upstream calls, want 14 (nothing refused by the breaker)", n)
+	}
+	mu.Lock()
+	mode = "429"
+	mu.Unlock()
+	resp, _ := post(t, url, "k", modelBody("m"))
+	if resp.StatusCode != 429 || resp.Header.Get("X-Gateway-Reject") == "breaker_open" {
+		t.Errorf("after 429s and cancellations: %d %q, want the upstream's 429", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"))
+	}
+}
