@@ -189,15 +189,20 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
+	// Every node must see the whole cluster before tests use it: right
+	// after the create, a node may still answer CLUSTERDOWN.
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		reply, _ := exec.Command(cli, "-h", "127.0.0.1", "-p", strconv.Itoa(c.Nodes[0].Port), "cluster", "info").Output()
-		if strings.Contains(string(reply), "cluster_state:ok") {
-			return c
+	for _, node := range c.Nodes {
+		for {
+			reply, _ := exec.Command(cli, "-h", "127.0.0.1", "-p", strconv.Itoa(node.Port), "cluster", "info").Output()
+			if strings.Contains(string(reply), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s did not reach cluster state ok:\n%s", node.Addr, reply)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster did not reach state ok:\n%s", reply)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	return c
 }

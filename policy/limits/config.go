@@ -1,6 +1,15 @@
 package limits
 
-import "github.com/caddyserver/caddy/v2"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/systemone/systemone-gateway/internal/redispool"
+)
 
 // Config is the `limits` block: per-organization token buckets.
 type Config struct {
@@ -33,4 +42,92 @@ type Override struct {
 	RequestsPerMinute *int64 `json:"requests_per_minute,omitempty"`
 	TokensPerSecond   *int64 `json:"tokens_per_second,omitempty"`
 	TokenBurst        *int64 `json:"token_burst,omitempty"`
+}
+
+// Defaults of the limits block.
+const (
+	DefaultKeyPrefix               = "systemone:"
+	DefaultRequestsPerMinute int64 = 300
+	DefaultTokensPerSecond   int64 = 1000
+	DefaultTokenBurst        int64 = 64000
+	DefaultStoreTimeout            = 50 * time.Millisecond
+)
+
+// Values of OnStoreError.
+const (
+	StoreErrorLocal = "local"
+	StoreErrorAllow = "allow"
+	StoreErrorDeny  = "deny"
+)
+
+// maxLimit bounds every number so that bucket arithmetic stays exact in the
+// Redis script's doubles (see unit). Ten million requests per minute or
+// tokens per second is far beyond any real organization.
+const maxLimit = 10_000_000
+
+// Validate checks the block without acquiring anything: the on_store_error
+// value, numbers (not negative, at most 10,000,000, a positive token_burst
+// wherever tokens_per_second is on), the Redis URLs and the key prefix.
+func (c Config) Validate() error {
+	switch c.OnStoreError {
+	case "", StoreErrorLocal, StoreErrorAllow, StoreErrorDeny:
+	default:
+		return fmt.Errorf("on_store_error %q: want local, allow or deny", c.OnStoreError)
+	}
+	if c.StoreTimeout < 0 {
+		return fmt.Errorf("store_timeout %s: must not be negative", time.Duration(c.StoreTimeout))
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		// A hash tag in the prefix would put every organization in one
+		// Redis Cluster slot; the organization is the hash tag.
+		return fmt.Errorf("key_prefix %q: must not contain { or }", c.KeyPrefix)
+	}
+	if len(c.Redis) > 0 {
+		if err := redispool.Validate(c.Redis); err != nil {
+			return fmt.Errorf("redis: %v", err)
+		}
+	}
+	base, err := Override{c.RequestsPerMinute, c.TokensPerSecond, c.TokenBurst}.apply(defaultLimits)
+	if err != nil {
+		return err
+	}
+	for org, o := range c.Orgs {
+		if _, err := o.apply(base); err != nil {
+			return fmt.Errorf("org %q: %v", org, err)
+		}
+	}
+	return nil
+}
+
+// orgLimits are the effective numbers for one organization.
+type orgLimits struct {
+	rpm, tps, burst int64
+}
+
+var defaultLimits = orgLimits{DefaultRequestsPerMinute, DefaultTokensPerSecond, DefaultTokenBurst}
+
+// apply returns base with o's numbers in place of base's.
+func (o Override) apply(base orgLimits) (orgLimits, error) {
+	l := base
+	for _, f := range []struct {
+		name string
+		v    *int64
+		dst  *int64
+	}{
+		{"requests_per_minute", o.RequestsPerMinute, &l.rpm},
+		{"tokens_per_second", o.TokensPerSecond, &l.tps},
+		{"token_burst", o.TokenBurst, &l.burst},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 0 || *f.v > maxLimit {
+			return l, fmt.Errorf("%s %d: want 0 to %d", f.name, *f.v, maxLimit)
+		}
+		*f.dst = *f.v
+	}
+	if l.tps > 0 && l.burst == 0 {
+		return l, errors.New("token_burst 0 holds no token; turn the token bucket off with tokens_per_second 0")
+	}
+	return l, nil
 }

@@ -1,0 +1,84 @@
+package limits
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+// Every benchmark admits against many organizations, with buckets too large
+// to ever refuse, so that each iteration is a full admission (refill, check,
+// debit, write) rather than an early refusal.
+
+func benchConfig() Config {
+	return Config{RequestsPerMinute: i64(maxLimit), TokensPerSecond: i64(maxLimit), TokenBurst: i64(maxLimit), StoreTimeout: slow}
+}
+
+var orgNames = func() []string {
+	n := make([]string, 1024)
+	for i := range n {
+		n[i] = "org-" + strconv.Itoa(i)
+	}
+	return n
+}()
+
+func BenchmarkAdmitInProcess(b *testing.B) {
+	l, _ := newLimiter(b, benchConfig(), nil, false)
+	i := 0
+	for b.Loop() {
+		l.Admit(bg, orgNames[i%len(orgNames)], 1500)
+		i++
+	}
+}
+
+func BenchmarkAdmitInProcessParallel(b *testing.B) {
+	l, _ := newLimiter(b, benchConfig(), nil, false)
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.Admit(bg, orgNames[n.Add(1)%int64(len(orgNames))], 1500)
+		}
+	})
+}
+
+// benchRedis reports the commands the client sent and the scripts the
+// server ran per admission: both must be 1.
+func benchRedis(b *testing.B, parallel bool) {
+	srv := redistest.Start(b)
+	cfg := benchConfig()
+	cfg.Redis = []string{srv.URL()}
+	cfg.OnStoreError = StoreErrorDeny
+	l, _ := newLimiter(b, cfg, nil, false)
+	hook := &countHook{}
+	l.redis.client.AddHook(hook)
+	mustAllowB(b, l.Admit(bg, "warm", 1))
+	srv.Do("CONFIG", "RESETSTAT")
+	hook.sent.Store(0)
+	var n atomic.Int64
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				mustAllowB(b, l.Admit(bg, orgNames[n.Add(1)%int64(len(orgNames))], 1500))
+			}
+		})
+	} else {
+		for b.Loop() {
+			mustAllowB(b, l.Admit(bg, orgNames[n.Add(1)%int64(len(orgNames))], 1500))
+		}
+	}
+	b.StopTimer()
+	calls := commandCalls(b, srv.Addr)
+	b.ReportMetric(float64(hook.sent.Load())/float64(n.Load()), "cmds/op")
+	b.ReportMetric(float64(calls["evalsha"]+calls["eval"])/float64(n.Load()), "scripts/op")
+}
+
+func mustAllowB(b *testing.B, d Decision) {
+	if !d.Allowed {
+		b.Fatalf("refused: %+v", d)
+	}
+}
+
+func BenchmarkAdmitRedis(b *testing.B)         { benchRedis(b, false) }
+func BenchmarkAdmitRedisParallel(b *testing.B) { benchRedis(b, true) }

@@ -1,0 +1,301 @@
+// Package limits enforces per-organization token buckets: a requests bucket
+// (capacity requests_per_minute, refilled at n/60 per second) and an input
+// token bucket (capacity token_burst, refilled at tokens_per_second).
+//
+// An evaluation is admitted only if both buckets can pay; then both are
+// debited at once, otherwise neither is. Its token charge is the handler's
+// estimate, capped at the bucket's capacity so that no request is refused
+// forever, and is corrected to the upstream's usage afterwards (Settle). An
+// organization the upstream answered 429 is held at the edge until its
+// retry-after has passed (Hold).
+//
+// Without Redis the buckets live in process and survive config reloads. With
+// Redis they are shared by every gateway instance: one script call per
+// admission, on the Redis server's clock. When Redis fails, on_store_error
+// decides; see Limiter.Admit.
+package limits
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// maxHold bounds a hold, whatever retry-after the upstream sent.
+const maxHold = time.Hour
+
+// epoch anchors the in-process clock: times are microseconds since process
+// start, read on the monotonic clock, so wall-clock steps never refill or
+// drain a bucket.
+var epoch = time.Now()
+
+func micros(t time.Time) int64 { return t.Sub(epoch).Microseconds() }
+
+// Limiter enforces the limits of one config. It is safe for concurrent use.
+type Limiter struct {
+	defaults orgLimits
+	orgs     map[string]orgLimits
+	mode     string
+	now      func() time.Time // the in-process buckets' clock
+
+	local        *localStore
+	releaseLocal func() error
+	redis        *redisStore // nil without Redis
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, applies its defaults and returns a Limiter holding the
+// shared in-process buckets (and the shared Redis client when cfg names
+// Redis). A nil logger logs nothing. Call Close when the config is retired.
+func New(cfg Config, logger *zap.Logger) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	defaults, _ := Override{cfg.RequestsPerMinute, cfg.TokensPerSecond, cfg.TokenBurst}.apply(defaultLimits)
+	l := &Limiter{
+		defaults: defaults,
+		orgs:     make(map[string]orgLimits, len(cfg.Orgs)),
+		mode:     cfg.OnStoreError,
+		now:      time.Now,
+	}
+	for org, o := range cfg.Orgs {
+		l.orgs[org], _ = o.apply(defaults)
+	}
+	if l.mode == "" {
+		l.mode = StoreErrorLocal
+	}
+	prefix := cfg.KeyPrefix
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	timeout := time.Duration(cfg.StoreTimeout)
+	if timeout == 0 {
+		timeout = DefaultStoreTimeout
+	}
+	l.local, l.releaseLocal = acquireLocal(prefix)
+	if len(cfg.Redis) > 0 {
+		r, err := newRedisStore(cfg.Redis, prefix, timeout, logger)
+		if err != nil {
+			_ = l.releaseLocal()
+			return nil, err
+		}
+		l.redis = r
+	}
+	return l, nil
+}
+
+// Close sends the settlements still queued for Redis (giving up if Redis is
+// lost), stops the background work and releases the shared client and
+// buckets. Calling it again does nothing.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		if l.redis != nil {
+			l.closeErr = l.redis.close()
+		}
+		if err := l.releaseLocal(); l.closeErr == nil {
+			l.closeErr = err
+		}
+	})
+	return l.closeErr
+}
+
+// Decision is the answer to one admission.
+type Decision struct {
+	// Allowed admits the request.
+	Allowed bool
+	// Unavailable means Redis failed with on_store_error deny: answer 503
+	// rate_limiter_unavailable with retry-after 1. Allowed is false.
+	Unavailable bool
+	// RetryAfter is, when the request is refused, the time until it could
+	// pass (every bucket can pay and no hold is left), in whole seconds and
+	// at least one second.
+	RetryAfter time.Duration
+	// Message is the 429 detail, naming the limit that was hit.
+	Message string
+	// Requests and Tokens report the two buckets (see Quota).
+	Requests, Tokens Quota
+	// Charged is the number of input tokens debited: the estimate capped at
+	// token_burst, 0 when the token bucket is off or nothing was charged.
+	// Settle takes it from the Decision.
+	Charged int64
+
+	org   string
+	local *localStore // the in-process store that charged, if any
+	redis *redisStore // or the Redis store
+}
+
+// Quota reports one bucket after an admission.
+type Quota struct {
+	// Limit is the bucket's capacity: requests_per_minute or token_burst;
+	// 0 when the bucket is off.
+	Limit int64
+	// Remaining is what the bucket holds after the admission, in whole
+	// requests or tokens (0 while in debt); -1 when unknown because Redis
+	// failed and on_store_error is allow or deny.
+	Remaining int64
+}
+
+// SetHeaders sets the X-RateLimit-* headers of d on h. A bucket that is off
+// sets neither of its headers; an unknown remaining omits that header.
+func (d Decision) SetHeaders(h http.Header) {
+	set := func(name string, q Quota) {
+		if q.Limit == 0 {
+			return
+		}
+		h.Set("X-RateLimit-Limit-"+name, strconv.FormatInt(q.Limit, 10))
+		if q.Remaining >= 0 {
+			h.Set("X-RateLimit-Remaining-"+name, strconv.FormatInt(q.Remaining, 10))
+		}
+	}
+	set("Requests", d.Requests)
+	set("Tokens", d.Tokens)
+}
+
+// Admit decides on an evaluation request of org estimated at estimatedTokens
+// input tokens: both buckets and any upstream hold. The token charge is the
+// estimate capped at token_burst.
+//
+// With Redis, the admission costs one round trip bounded by store_timeout
+// (and ctx). If that fails, on_store_error decides: local admits against the
+// in-process buckets with the same limits, allow admits, deny answers
+// Unavailable. After three consecutive outage errors Redis counts as lost:
+// admissions take the on_store_error path at once until a background probe
+// sees Redis again.
+func (l *Limiter) Admit(ctx context.Context, org string, estimatedTokens int64) Decision {
+	lim := l.limitsFor(org)
+	c := check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1, hold: true}
+	if c.tok.on() {
+		c.tokCost = min(max(estimatedTokens, 0), lim.burst) * unit
+	}
+	return l.admit(ctx, org, lim, c)
+}
+
+// AdmitRequest decides on any other request of org: the requests bucket
+// only. Upstream holds apply to evaluations, the requests they came from.
+func (l *Limiter) AdmitRequest(ctx context.Context, org string) Decision {
+	lim := l.limitsFor(org)
+	// The token bucket rides along unconsulted: stores keep it refilling.
+	return l.admit(ctx, org, lim, check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1})
+}
+
+func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check) Decision {
+	now := micros(l.now())
+	if l.redis == nil {
+		return l.decide(org, lim, c, l.local.admit(org, c, now), l.local, nil)
+	}
+	// Holds are also kept in process, so that this instance honours one at
+	// once, before Redis has it, and while Redis is away.
+	var held int64
+	if c.hold {
+		held = l.local.holdWait(org, now)
+	}
+	if !l.redis.lost.Load() {
+		o, err := l.redis.admit(ctx, org, c, held)
+		if err == nil {
+			return l.decide(org, lim, c, o, nil, l.redis)
+		}
+	}
+	if l.mode == StoreErrorLocal {
+		return l.decide(org, lim, c, l.local.admit(org, c, now), l.local, nil)
+	}
+	var d Decision
+	switch {
+	case held > 0:
+		d = l.decide(org, lim, c, outcome{holdWait: held}, nil, nil)
+	case l.mode == StoreErrorAllow:
+		d = l.decide(org, lim, c, outcome{allowed: true}, nil, nil)
+		d.Charged = 0 // nothing to settle
+	default:
+		d = l.decide(org, lim, c, outcome{}, nil, nil)
+		d.Unavailable, d.RetryAfter, d.Message = true, time.Second, ""
+	}
+	if d.Requests.Limit > 0 {
+		d.Requests.Remaining = -1
+	}
+	if d.Tokens.Limit > 0 {
+		d.Tokens.Remaining = -1
+	}
+	return d
+}
+
+// decide turns a store's outcome into a Decision.
+func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *localStore, redis *redisStore) Decision {
+	d := Decision{Allowed: o.allowed, org: org, local: local, redis: redis}
+	if c.req.on() {
+		d.Requests = Quota{Limit: lim.rpm, Remaining: max(o.req/unit, 0)}
+	}
+	if c.usesTok() {
+		d.Tokens = Quota{Limit: lim.burst, Remaining: max(o.tok/unit, 0)}
+	}
+	if o.allowed {
+		if c.usesTok() {
+			d.Charged = c.tokCost / unit
+		}
+		return d
+	}
+	wait := max(o.reqWait, o.tokWait, o.holdWait)
+	secs := max((wait+999_999)/1_000_000, 1)
+	d.RetryAfter = time.Duration(secs) * time.Second
+	switch {
+	case o.holdWait > 0:
+		d.Message = "Rate limit exceeded: the upstream limited organization " + org + "; retry after " + strconv.FormatInt(secs, 10) + "s"
+	case o.reqWait >= o.tokWait:
+		d.Message = "Rate limit exceeded: " + strconv.FormatInt(lim.rpm, 10) + " requests per minute for organization " + org
+	default:
+		d.Message = "Rate limit exceeded: " + strconv.FormatInt(lim.tps, 10) + " input tokens per second for organization " + org
+	}
+	return d
+}
+
+// Settle corrects an admitted evaluation's token charge to the upstream's
+// count: actualTokens is usage.input_tokens of a 200, or 0 when the upstream
+// failed or the gateway refused the request after admitting it (nothing was
+// billed, everything is refunded). The difference goes to the store that
+// charged: at once in process, queued for Redis (off the response path; a
+// queue of at most one entry per organization, dropped while Redis is lost).
+// A refund never lifts a bucket above capacity; an extra charge may put it in
+// debt, at most one bucket deep. Settle does nothing for a refused Decision,
+// nor for one that no store charged (on_store_error allow after a failure).
+func (l *Limiter) Settle(d Decision, actualTokens int64) {
+	if !d.Allowed || (d.local == nil && d.redis == nil) {
+		return
+	}
+	lim := l.limitsFor(d.org)
+	delta := clampTokens(max(actualTokens, 0)-d.Charged, lim)
+	if delta == 0 || lim.tps == 0 {
+		return
+	}
+	if d.redis != nil {
+		d.redis.settle(d.org, lim, delta)
+		return
+	}
+	d.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, micros(l.now()))
+}
+
+// Hold refuses org's evaluations for retryAfter (at least 1s, at most an
+// hour) because the upstream answered 429: on this instance at once, on
+// every instance once Redis has it (queued like Settle).
+func (l *Limiter) Hold(org string, retryAfter time.Duration) {
+	retryAfter = min(max(retryAfter, time.Second), maxHold)
+	now := micros(l.now())
+	l.local.hold(org, now+retryAfter.Microseconds(), now)
+	if l.redis != nil {
+		l.redis.hold(org, retryAfter)
+	}
+}
+
+func (l *Limiter) limitsFor(org string) orgLimits {
+	if lim, ok := l.orgs[org]; ok {
+		return lim
+	}
+	return l.defaults
+}

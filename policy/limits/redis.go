@@ -1,0 +1,414 @@
+package limits
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/systemone/systemone-gateway/internal/redispool"
+)
+
+const (
+	// lostAfter consecutive outage errors mark Redis lost: admissions stop
+	// paying store_timeout and a background probe watches for its return.
+	lostAfter = 3
+	// maxPending bounds the settlements and holds waiting for Redis: one
+	// entry per organization, the amounts of one organization add up.
+	maxPending = 10_000
+)
+
+// redisStore keeps the buckets in Redis, shared by every gateway instance.
+type redisStore struct {
+	client  redis.UniversalClient
+	release func() error
+	prefix  string
+	timeout time.Duration
+	logger  *zap.Logger
+	// now pins the scripts' clock in tests; nil uses the server's TIME.
+	now func() time.Time
+	// probeMin and probeMax bound the probe's backoff.
+	probeMin, probeMax time.Duration
+
+	failures      atomic.Int32 // consecutive outage errors
+	lost          atomic.Bool
+	scriptErrSeen atomic.Bool
+
+	mu       sync.Mutex // guards the fields below
+	closed   bool
+	settles  map[string]pendingSettle
+	holds    map[string]time.Duration
+	dropping bool // a settlement was dropped since the last flush
+
+	kick    chan struct{}
+	drained chan chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type pendingSettle struct {
+	lim   orgLimits // of the latest settlement
+	delta int64     // tokens
+}
+
+func newRedisStore(urls []string, prefix string, timeout time.Duration, logger *zap.Logger) (*redisStore, error) {
+	client, release, err := redispool.Acquire(urls)
+	if err != nil {
+		return nil, err
+	}
+	s := &redisStore{
+		client:   client,
+		release:  release,
+		prefix:   prefix,
+		timeout:  timeout,
+		logger:   logger,
+		probeMin: 100 * time.Millisecond,
+		probeMax: 5 * time.Second,
+		settles:  make(map[string]pendingSettle),
+		holds:    make(map[string]time.Duration),
+		kick:     make(chan struct{}, 1),
+		drained:  make(chan chan struct{}),
+		done:     make(chan struct{}),
+	}
+	s.wg.Add(1)
+	go s.settleLoop()
+	return s, nil
+}
+
+// close sends what is pending (giving up once Redis is lost), stops the
+// background goroutines and releases the client.
+func (s *redisStore) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return s.release()
+}
+
+func (s *redisStore) keys(org string) (bucket, hold string) {
+	base := s.prefix + "{" + keyOrg(org) + "}:"
+	return base + "b", base + "h"
+}
+
+func (s *redisStore) clockArg() string {
+	if s.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.now().UnixMicro(), 10)
+}
+
+// run sends one script to the node that owns keys[0], bounded by
+// store_timeout, never retried.
+func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	node, err := redispool.ForKey(ctx, s.client, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	res, err := script.Run(ctx, node, keys, args...).Result()
+	if class, _ := classify(err); class == "moved" {
+		// A slot moved (resharding, failover): the script did not run.
+		// Refresh the slot map now rather than at the next periodic reload.
+		if c, ok := s.client.(*redis.ClusterClient); ok {
+			c.ReloadState(ctx)
+		}
+	}
+	return res, err
+}
+
+// admit runs c against Redis; localHold is the hold this instance knows of
+// (microseconds left), which Redis may not have yet.
+func (s *redisStore) admit(ctx context.Context, org string, c check, localHold int64) (outcome, error) {
+	bucket, hold := s.keys(org)
+	holdArg := "0"
+	if c.hold {
+		holdArg = "1"
+	}
+	res, err := s.run(ctx, admitScript, []string{bucket, hold},
+		s.clockArg(), c.req.capacity, c.req.rate, c.tok.capacity, c.tok.rate,
+		c.reqCost, c.tokCost, holdArg, localHold)
+	var o outcome
+	if err == nil {
+		o, err = parseOutcome(res)
+	}
+	s.observe(ctx, err)
+	return o, err
+}
+
+var errBadReply = errors.New("unexpected reply from the admission script")
+
+func parseOutcome(res any) (outcome, error) {
+	v, ok := res.([]any)
+	if !ok || len(v) != 6 {
+		return outcome{}, fmt.Errorf("%w: %T", errBadReply, res)
+	}
+	var n [6]int64
+	for i := range v {
+		if n[i], ok = v[i].(int64); !ok {
+			return outcome{}, fmt.Errorf("%w: %T at %d", errBadReply, v[i], i)
+		}
+	}
+	return outcome{allowed: n[0] == 1, req: n[1], tok: n[2], reqWait: n[3], tokWait: n[4], holdWait: n[5]}, nil
+}
+
+// observe tracks Redis's health from one call's result.
+func (s *redisStore) observe(ctx context.Context, err error) {
+	if err == nil {
+		s.failures.Store(0)
+		return
+	}
+	if ctx.Err() != nil {
+		return // the caller went away: that says nothing about Redis
+	}
+	class, outage := classify(err)
+	if class == "moved" {
+		return // the cluster is fine, the slot map was stale (see run)
+	}
+	if !outage {
+		// A script or data error is a bug to fix, not an outage to ride
+		// out: Redis answers, so probing it would only flap.
+		lvl := zap.DebugLevel
+		if s.scriptErrSeen.CompareAndSwap(false, true) {
+			lvl = zap.ErrorLevel
+		}
+		if ce := s.logger.Check(lvl, "redis script failed"); ce != nil {
+			ce.Write(zap.String("error_class", class), zap.Error(err))
+		}
+		return
+	}
+	if s.failures.Add(1) < lostAfter || !s.lost.CompareAndSwap(false, true) {
+		return
+	}
+	s.logger.Warn("redis lost", zap.String("error_class", class), zap.Error(err))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.wg.Add(1)
+		go s.probe()
+	}
+}
+
+// probe pings Redis with backoff until it answers within store_timeout.
+func (s *redisStore) probe() {
+	defer s.wg.Done()
+	delay := s.probeMin
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-s.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := s.ping(); err == nil {
+			s.failures.Store(0)
+			s.lost.Store(false)
+			s.logger.Info("redis back")
+			return
+		}
+		delay = min(2*delay, s.probeMax)
+	}
+}
+
+func (s *redisStore) ping() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		// Every master: a cluster with one master down fails the
+		// organizations in its slots.
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.Ping(ctx).Err()
+		})
+	}
+	return s.client.Ping(ctx).Err()
+}
+
+// classify names an error for logs and tells whether it means Redis is (at
+// least partly) unavailable rather than that it refused the script.
+func classify(err error) (class string, outage bool) {
+	var rerr redis.Error
+	var nerr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout", true
+	case errors.Is(err, redis.ErrClosed):
+		return "client_closed", true
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		return "pool_exhausted", true
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused", true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection_closed", true
+	case errors.Is(err, redis.Nil), errors.Is(err, errBadReply):
+		return "script", false
+	case errors.As(err, &rerr):
+		switch {
+		case redis.IsLoadingError(err), redis.IsMasterDownError(err), redis.IsClusterDownError(err),
+			redis.IsTryAgainError(err), redis.IsReadOnlyError(err), redis.IsMaxClientsError(err),
+			redis.IsOOMError(err), redis.IsNoReplicasError(err), redis.HasErrorPrefix(err, "BUSY"):
+			return "unavailable", true
+		case redis.IsAuthError(err):
+			return "auth", true
+		}
+		if _, moved := redis.IsMovedError(err); moved {
+			return "moved", false
+		}
+		if _, ask := redis.IsAskError(err); ask {
+			return "moved", false
+		}
+		return "script", false
+	case errors.As(err, &nerr) && nerr.Timeout():
+		return "timeout", true
+	}
+	return "connection", true
+}
+
+// settle queues a charge (refund when negative) of delta tokens for org.
+// It never blocks: amounts for one organization add up while they wait,
+// and past maxPending organizations new ones are dropped.
+func (s *redisStore) settle(org string, lim orgLimits, delta int64) {
+	s.mu.Lock()
+	p, queued := s.settles[org]
+	switch {
+	case s.closed:
+	case !queued && len(s.settles) >= maxPending:
+		if !s.dropping {
+			s.dropping = true
+			s.logger.Warn("redis settlement queue full; dropping settlements", zap.Int("pending", len(s.settles)))
+		}
+	default:
+		s.settles[org] = pendingSettle{lim: lim, delta: p.delta + delta}
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+// hold queues a hold of d for org.
+func (s *redisStore) hold(org string, d time.Duration) {
+	s.mu.Lock()
+	cur, queued := s.holds[org]
+	if !s.closed && (queued || len(s.holds) < maxPending) {
+		s.holds[org] = max(cur, d)
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *redisStore) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// settleLoop sends queued settlements and holds, one script each, off the
+// clients' response path; at most one call is in flight.
+func (s *redisStore) settleLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.kick:
+			s.flush()
+		case ch := <-s.drained:
+			s.flush()
+			close(ch)
+		case <-s.done:
+			s.flush()
+			return
+		}
+	}
+}
+
+func (s *redisStore) flush() {
+	s.mu.Lock()
+	var settles map[string]pendingSettle
+	var holds map[string]time.Duration
+	if len(s.settles) > 0 {
+		settles, s.settles = s.settles, make(map[string]pendingSettle)
+	}
+	if len(s.holds) > 0 {
+		holds, s.holds = s.holds, make(map[string]time.Duration)
+	}
+	s.dropping = false
+	s.mu.Unlock()
+
+	ctx := context.Background()
+	// Holds first: they are rarer and matter more to the upstream.
+	for org, d := range holds {
+		if s.lost.Load() {
+			return // Redis is gone: in-process holds still apply here
+		}
+		_, hold := s.keys(org)
+		_, err := s.run(ctx, holdScript, []string{hold}, s.clockArg(), d.Microseconds())
+		s.observe(ctx, err)
+	}
+	for org, p := range settles {
+		if s.lost.Load() {
+			return
+		}
+		bucket, _ := s.keys(org)
+		req, tok := p.lim.requests(), p.lim.tokens()
+		_, err := s.run(ctx, settleScript, []string{bucket},
+			s.clockArg(), req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit)
+		s.observe(ctx, err)
+	}
+}
+
+// drain waits until everything queued before it has been sent (tests).
+func (s *redisStore) drain() {
+	ch := make(chan struct{})
+	s.drained <- ch
+	<-ch
+}
+
+// clampTokens bounds a charge to what can change a bucket (from full to the
+// debt floor, or back), which also keeps delta*unit from overflowing.
+func clampTokens(delta int64, lim orgLimits) int64 {
+	return min(max(delta, -2*lim.burst), 2*lim.burst)
+}
+
+// keyOrg makes an untrusted organization id safe for a key: braces would
+// change the hash tag, so they (with %, spaces and control bytes) are
+// percent-encoded, and long ids are hashed. Encoded forms never collide with
+// verbatim ones: a verbatim % is always encoded.
+func keyOrg(org string) string {
+	const maxLen = 128
+	if len(org) > maxLen {
+		sum := sha256.Sum256([]byte(org))
+		return "%h" + hex.EncodeToString(sum[:16])
+	}
+	if org == "" {
+		return "%e"
+	}
+	special := func(c byte) bool { return c == '{' || c == '}' || c == '%' || c <= ' ' || c == 0x7f }
+	if !strings.ContainsFunc(org, func(r rune) bool { return r < 0x80 && special(byte(r)) }) {
+		return org
+	}
+	var b strings.Builder
+	for i := 0; i < len(org); i++ {
+		if c := org[i]; special(c) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,608 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+const slow = caddy.Duration(5 * time.Second) // for tests about anything but timeouts
+
+// public strips what a Decision holds for Settle.
+func public(d Decision) Decision {
+	d.org, d.local, d.redis = "", nil, nil
+	return d
+}
+
+// TestRedisMatchesInProcess drives both stores through the same random
+// history on the same clock: every decision must be identical.
+func TestRedisMatchesInProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := Config{
+		RequestsPerMinute: i64(20), TokensPerSecond: i64(300), TokenBurst: i64(5000),
+		Orgs: map[string]Override{"b{x}": {RequestsPerMinute: i64(0)}, "c": {TokensPerSecond: i64(0)}, "d": {TokenBurst: i64(100)}},
+	}
+	clk := newFakeClock()
+	mem, _ := newLimiter(t, cfg, clk, true)
+	cfg.Redis, cfg.StoreTimeout, cfg.OnStoreError = []string{srv.URL()}, slow, StoreErrorDeny
+	red, _ := newLimiter(t, cfg, clk, true)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	orgs := []string{"a", "b{x}", "c", "d"}
+	last := map[string][2]Decision{}
+	for i := range 3000 {
+		org := orgs[rng.IntN(len(orgs))]
+		var dm, dr Decision
+		switch op := rng.IntN(10); {
+		case op < 5:
+			est := rng.Int64N(3000)
+			dm, dr = mem.Admit(bg, org, est), red.Admit(bg, org, est)
+			last[org] = [2]Decision{dm, dr}
+		case op < 6:
+			dm, dr = mem.AdmitRequest(bg, org), red.AdmitRequest(bg, org)
+		case op < 7:
+			d := time.Duration(rng.Int64N(int64(4 * time.Second)))
+			hold(mem, org, d)
+			hold(red, org, d)
+			continue
+		case op < 8:
+			actual := rng.Int64N(6000)
+			settle(mem, last[org][0], actual)
+			settle(red, last[org][1], actual)
+			continue
+		default:
+			clk.advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
+			continue
+		}
+		if public(dm) != public(dr) {
+			t.Fatalf("step %d, %s: in process %+v\nredis %+v", i, org, public(dm), public(dr))
+		}
+		if dr.Unavailable {
+			t.Fatalf("step %d: redis failed", i)
+		}
+	}
+}
+
+// TestRedisServerClock runs on the Redis server's TIME, as in production.
+func TestRedisServerClock(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false)
+	start := time.Now()
+	for range 300 {
+		mustAllow(t, l.Admit(bg, "acme", 1))
+	}
+	admitted := 0
+	for range 300 {
+		if l.Admit(bg, "acme", 1).Allowed {
+			admitted++
+		}
+	}
+	// 5 requests per second refill while the test runs, no more.
+	if bound := int(time.Since(start).Seconds()*5) + 1; admitted > bound {
+		t.Fatalf("admitted %d more in %s, want at most %d", admitted, time.Since(start), bound)
+	}
+
+	l, _ = newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, RequestsPerMinute: i64(0), TokensPerSecond: i64(1), TokenBurst: i64(10)}, nil, false)
+	mustAllow(t, l.Admit(bg, "acme", 10))
+	// 10 tokens at 1/s: 10s, less the few milliseconds since.
+	mustRefuse(t, l.Admit(bg, "acme", 10), 10*time.Second, "Rate limit exceeded: 1 input tokens per second for organization acme")
+
+	other, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: t.Name() + ":"}, nil, false)
+	l2, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: t.Name() + ":"}, nil, false)
+	ownProcess(t, l2)
+	hold(other, "acme", 3*time.Second)
+	mustRefuse(t, l2.Admit(bg, "acme", 1), 3*time.Second, "Rate limit exceeded: the upstream limited organization acme; retry after 3s")
+}
+
+func TestRedisInstancesShareOneLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny, KeyPrefix: "shared:"}
+	clk := newFakeClock()
+	a, _ := newLimiter(t, cfg, clk, true)
+	b, _ := newLimiter(t, cfg, clk, true)
+	ownProcess(t, b)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		l := a
+		if g%2 == 1 {
+			l = b
+		}
+		wg.Go(func() {
+			for range 40 {
+				if l.Admit(bg, "acme", 1).Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 300 {
+		t.Fatalf("two instances admitted %d, want 300 together", admitted.Load())
+	}
+	mustRefuse(t, b.Admit(bg, "acme", 1), time.Second, "Rate limit exceeded: 300 requests per minute for organization acme")
+
+	// A refund on one instance is seen by the other.
+	d := mustAllow(t, a.Admit(bg, "tokens", 64000))
+	settle(a, d, 1000)
+	if d := mustAllow(t, b.Admit(bg, "tokens", 0)); d.Tokens.Remaining != 63000 {
+		t.Fatalf("after a refund on the other instance: %+v", d.Tokens)
+	}
+	// An upstream 429 seen by one instance holds the org on both.
+	hold(a, "held", 5*time.Second)
+	mustRefuse(t, b.Admit(bg, "held", 1), 5*time.Second, "Rate limit exceeded: the upstream limited organization held; retry after 5s")
+	clk.advance(5 * time.Second)
+	mustAllow(t, b.Admit(bg, "held", 1))
+}
+
+func TestRedisCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	clusterReady(t, cluster)
+	cfg := Config{Redis: cluster.URLs(), StoreTimeout: slow, OnStoreError: StoreErrorDeny, RequestsPerMinute: i64(3)}
+	clk := newFakeClock()
+	a, _ := newLimiter(t, cfg, clk, true)
+	b, _ := newLimiter(t, cfg, clk, true)
+	ownProcess(t, b)
+	for i := range 30 {
+		org := "org{" + strconv.Itoa(i) + "}" // braces must not break the hash tag
+		for j := range 3 {
+			l := a
+			if j == 1 {
+				l = b
+			}
+			mustAllow(t, l.Admit(bg, org, 10))
+		}
+		mustRefuse(t, b.Admit(bg, org, 10), 20*time.Second, "Rate limit exceeded: 3 requests per minute for organization "+org)
+	}
+	nodesWithKeys := 0
+	for _, n := range cluster.Nodes {
+		if reply, err := n.Do("DBSIZE"); err != nil {
+			t.Fatal(err)
+		} else if reply != ":0" {
+			nodesWithKeys++
+		}
+	}
+	if nodesWithKeys < 2 {
+		t.Fatalf("keys on %d nodes, want them spread over the cluster", nodesWithKeys)
+	}
+	hold(a, "org{7}", 2*time.Second)
+	d := mustAllow(t, a.Admit(bg, "fresh", 5000))
+	settle(a, d, 1000)
+	// Both wait: the hold (2s) and the requests bucket (20s).
+	mustRefuse(t, b.Admit(bg, "org{7}", 1), 20*time.Second, "Rate limit exceeded: the upstream limited organization org{7}; retry after 20s")
+	if d := mustAllow(t, b.Admit(bg, "fresh", 0)); d.Tokens.Remaining != 63000 {
+		t.Fatalf("settlement on the cluster: %+v", d.Tokens)
+	}
+	if err := a.redis.ping(); err != nil {
+		t.Fatalf("cluster probe: %v", err)
+	}
+
+	// A stale slot map sends the script to the wrong node: MOVED. The
+	// script did not run; that is no outage.
+	cc := a.redis.client.(*redis.ClusterClient)
+	key, _ := a.redis.keys("acme")
+	owner, err := cc.MasterForKey(bg, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cluster.Nodes {
+		if n.Addr == owner.Options().Addr {
+			continue
+		}
+		wrong := redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer wrong.Close()
+		_, err = admitScript.Run(bg, wrong, []string{key, key}, "", 1, 1, 0, 0, 1, -1, "0", 0).Result()
+		break
+	}
+	a.redis.failures.Store(0)
+	a.redis.observe(bg, err)
+	if class, _ := classify(err); class != "moved" || a.redis.failures.Load() != 0 {
+		t.Fatalf("MOVED (%v) classified %s, counted %d failures", err, class, a.redis.failures.Load())
+	}
+}
+
+// TestRedisStopped stops Redis under a limiter in each on_store_error mode,
+// then starts it again.
+func TestRedisStopped(t *testing.T) {
+	for _, mode := range []string{StoreErrorLocal, StoreErrorAllow, StoreErrorDeny} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			l, logs := newLimiter(t, Config{
+				Redis:             []string{srv.URL()},
+				OnStoreError:      mode,
+				RequestsPerMinute: i64(2),
+				StoreTimeout:      caddy.Duration(50 * time.Millisecond),
+			}, nil, false)
+			hook := &countHook{}
+			l.redis.client.AddHook(hook)
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil {
+				t.Fatal("admitted without Redis")
+			}
+			srv.Stop()
+			for i := range 4 {
+				start := time.Now()
+				d := l.Admit(bg, "acme", 1)
+				if took := time.Since(start); took > 2*time.Second {
+					t.Fatalf("admission %d took %s with Redis down", i, took)
+				}
+				switch mode {
+				case StoreErrorLocal:
+					// Fresh in-process buckets with the same limits.
+					if i < 2 {
+						if d := mustAllow(t, d); d.local == nil || d.Requests != (Quota{2, int64(1 - i)}) {
+							t.Fatalf("fallback %d: %+v", i, d)
+						}
+					} else {
+						mustRefuse(t, d, 30*time.Second, "Rate limit exceeded: 2 requests per minute for organization acme")
+					}
+				case StoreErrorAllow:
+					if !d.Allowed || d.Requests != (Quota{2, -1}) || d.Charged != 0 {
+						t.Fatalf("allow mode: %+v", d)
+					}
+				case StoreErrorDeny:
+					if d.Allowed || !d.Unavailable || d.RetryAfter != time.Second {
+						t.Fatalf("deny mode: %+v", d)
+					}
+				}
+			}
+			if !l.redis.lost.Load() {
+				t.Fatal("Redis not marked lost after 4 failures")
+			}
+			scripts := hook.scripts.Load()
+			for range 20 {
+				l.Admit(bg, "acme", 1)
+			}
+			if got := hook.scripts.Load(); got != scripts {
+				t.Fatalf("%d scripts sent to a lost Redis, want none", got-scripts)
+			}
+			lost := logs.FilterMessage("redis lost").All()
+			if len(lost) != 1 || lost[0].Level != zapcore.WarnLevel || lost[0].ContextMap()["error_class"] == "" {
+				t.Fatalf("want one warning, got %v", lost)
+			}
+
+			srv.Restart()
+			eventually(t, func() bool { return !l.redis.lost.Load() })
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.Requests.Remaining != 1 {
+				t.Fatalf("after Redis came back: %+v", d)
+			}
+			if back := logs.FilterMessage("redis back").All(); len(back) != 1 || back[0].Level != zapcore.InfoLevel {
+				t.Fatalf("want one info entry, got %v", back)
+			}
+			if n := logs.FilterMessage("redis lost").Len(); n != 1 {
+				t.Fatalf("%d lost entries", n)
+			}
+		})
+	}
+}
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// blackHole accepts connections and never answers.
+func blackHole(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	// Socket timeouts far beyond the test's bound: only store_timeout, the
+	// context deadline, can end the wait.
+	return "redis://" + ln.Addr().String() + "?read_timeout=30s&write_timeout=30s&dial_timeout=30s"
+}
+
+func TestRedisBlackHoled(t *testing.T) {
+	l, logs := newLimiter(t, Config{
+		Redis:        []string{blackHole(t)},
+		OnStoreError: StoreErrorDeny,
+		StoreTimeout: caddy.Duration(50 * time.Millisecond),
+	}, nil, false)
+	for i := range 5 {
+		start := time.Now()
+		d := l.Admit(bg, "acme", 1)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("admission %d took %s against a black hole", i, took)
+		}
+		if !d.Unavailable {
+			t.Fatalf("admission %d: %+v", i, d)
+		}
+	}
+	if !l.redis.lost.Load() || logs.FilterMessage("redis lost").FilterField(zap.String("error_class", "timeout")).Len() != 1 {
+		t.Fatalf("want Redis lost on timeouts, logs %v", logs.All())
+	}
+	// A request whose client went away says nothing about Redis.
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	s := l.redis
+	s.failures.Store(0)
+	s.observe(ctx, context.Canceled)
+	if s.failures.Load() != 0 {
+		t.Fatal("a cancelled request counted as a Redis failure")
+	}
+}
+
+func TestRedisScriptFlushed(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, newFakeClock(), true)
+	mustAllow(t, l.Admit(bg, "acme", 1))
+	if reply, err := srv.Do("SCRIPT", "FLUSH"); err != nil || reply != "+OK" {
+		t.Fatalf("SCRIPT FLUSH: %q %v", reply, err)
+	}
+	// EVALSHA fails with NOSCRIPT, EVAL runs it: charged once.
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Requests.Remaining != 298 || d.Tokens.Remaining != 63998 {
+		t.Fatalf("after SCRIPT FLUSH: %+v", d)
+	}
+	srv.Do("SCRIPT", "FLUSH")
+	d := mustAllow(t, l.Admit(bg, "acme", 100))
+	srv.Do("SCRIPT", "FLUSH")
+	settle(l, d, 0)
+	if d := mustAllow(t, l.Admit(bg, "acme", 0)); d.Tokens.Remaining != 63998 {
+		t.Fatalf("settled after SCRIPT FLUSH: %+v", d.Tokens)
+	}
+}
+
+// commandCalls returns the server's command counts since CONFIG RESETSTAT.
+func commandCalls(t testing.TB, addr string) map[string]int {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(bg, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
+	}
+	return calls
+}
+
+// countHook counts what a client sends: commands, and pipelines as one.
+type countHook struct{ sent, scripts atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.sent.Add(1)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.scripts.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.sent.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func TestRedisOneRoundTripPerAdmission(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false)
+	hook := &countHook{}
+	l.redis.client.AddHook(hook)
+	mustAllow(t, l.Admit(bg, "warm", 1)) // connect
+	srv.Do("CONFIG", "RESETSTAT")
+	hook.sent.Store(0)
+	for i := range 100 {
+		l.Admit(bg, "org"+strconv.Itoa(i%7), 500)
+	}
+	if n := hook.sent.Load(); n != 100 {
+		t.Fatalf("client sent %d commands for 100 admissions", n)
+	}
+	// The server agrees, and reads its own clock once per admission.
+	calls := commandCalls(t, srv.Addr)
+	if calls["evalsha"] != 100 || calls["eval"] != 0 || calls["time"] != 100 {
+		t.Fatalf("server command counts %v, want evalsha=100, each reading TIME", calls)
+	}
+}
+
+// dropProxy forwards to addr, but can drop one reply and close the
+// connection: the command ran, the client never hears of it.
+type dropProxy struct {
+	addr     string
+	dropNext atomic.Bool
+}
+
+func startDropProxy(t *testing.T, target string) *dropProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			closeBoth := func() { _ = c.Close(); _ = u.Close() }
+			t.Cleanup(closeBoth)
+			wg.Go(func() { _, _ = io.Copy(u, c); closeBoth() })
+			wg.Go(func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := u.Read(buf)
+					if err != nil {
+						closeBoth()
+						return
+					}
+					if p.dropNext.CompareAndSwap(true, false) {
+						closeBoth()
+						return
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
+						closeBoth()
+						return
+					}
+				}
+			})
+		}
+	})
+	return p
+}
+
+func TestRedisNeverRetriesTheScript(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startDropProxy(t, srv.Addr)
+	clk := newFakeClock()
+	cfg := Config{Redis: []string{"redis://" + proxy.addr}, StoreTimeout: slow, KeyPrefix: "retry:"}
+	l, _ := newLimiter(t, cfg, clk, true)
+	mustAllow(t, l.Admit(bg, "acme", 1))
+	proxy.dropNext.Store(true)
+	// The script runs, its answer is lost: the admission falls back to the
+	// in-process buckets (on_store_error local) and is not sent again.
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
+		t.Fatalf("lost answer: %+v, want the in-process fallback", d)
+	}
+	cfg.Redis = []string{srv.URL()}
+	direct, _ := newLimiter(t, cfg, clk, true)
+	if d := mustAllow(t, direct.Admit(bg, "acme", 1)); d.Requests.Remaining != 297 {
+		t.Fatalf("remaining %d, want 297: the script ran %d times for 2 admissions", d.Requests.Remaining, 299-d.Requests.Remaining)
+	}
+}
+
+func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	l, logs := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: "wrong:"}, nil, false)
+	srv.Do("SET", "wrong:{acme}:b", "not a hash")
+	for range 10 {
+		if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
+			t.Fatalf("%+v, want the in-process fallback", d)
+		}
+	}
+	if l.redis.lost.Load() {
+		t.Fatal("a WRONGTYPE error marked Redis lost")
+	}
+	if d := mustAllow(t, l.Admit(bg, "other", 1)); d.redis == nil {
+		t.Fatalf("other organizations must still use Redis: %+v", d)
+	}
+	errs := logs.FilterMessage("redis script failed")
+	if errs.Len() != 10 || errs.FilterLevelExact(zapcore.ErrorLevel).Len() != 1 {
+		t.Fatalf("want one error entry then debug ones, got %v", errs.All())
+	}
+	for _, tc := range []struct {
+		err    error
+		class  string
+		outage bool
+	}{
+		{errBadReply, "script", false},
+		{redis.Nil, "script", false},
+		{errors.New("no route to host"), "connection", true},
+		{context.DeadlineExceeded, "timeout", true},
+		{redis.ErrPoolTimeout, "pool_exhausted", true},
+	} {
+		if class, outage := classify(tc.err); class != tc.class || outage != tc.outage {
+			t.Errorf("classify(%v) = %s %v, want %s %v", tc.err, class, outage, tc.class, tc.outage)
+		}
+	}
+}
+
+func TestRedisSettlementQueueIsBounded(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	s := &redisStore{logger: zap.New(core), settles: map[string]pendingSettle{}, holds: map[string]time.Duration{}, kick: make(chan struct{}, 1)}
+	for i := range maxPending + 500 {
+		s.settle("org"+strconv.Itoa(i), defaultLimits, -10)
+		s.hold("org"+strconv.Itoa(i), time.Second)
+	}
+	s.settle("org1", defaultLimits, 30) // an org already queued still adds up
+	if len(s.settles) != maxPending || len(s.holds) != maxPending || s.settles["org1"].delta != 20 {
+		t.Fatalf("%d settlements, %d holds queued, org1 %+v", len(s.settles), len(s.holds), s.settles["org1"])
+	}
+	if logs.Len() != 1 {
+		t.Fatalf("want one warning per episode, got %d", logs.Len())
+	}
+}
+
+func TestRedisKeysExpire(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: "ttl:"}, newFakeClock(), true)
+	mustAllow(t, l.Admit(bg, "acme", 1000)) // tokens full again in 1s
+	reply, _ := srv.Do("PTTL", "ttl:{acme}:b")
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 0 || ms > 1001 {
+		t.Fatalf("bucket PTTL %s, want at most 1001ms", reply)
+	}
+	hold(l, "acme", 3*time.Second)
+	reply, _ = srv.Do("PTTL", "ttl:{acme}:h")
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 1000 || ms > 3001 {
+		t.Fatalf("hold PTTL %s, want at most 3001ms", reply)
+	}
+}
+
+// clusterReady waits until every node of c reports cluster_state:ok:
+// redistest.StartCluster waits for the first node only.
+func clusterReady(t testing.TB, c *redistest.Cluster) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range c.Nodes {
+		client := redis.NewClient(&redis.Options{Addr: n.Addr})
+		for {
+			info, _ := client.ClusterInfo(context.Background()).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: cluster not ready:\n%s", n.Addr, info)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = client.Close()
+	}
+}
