@@ -174,10 +174,7 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
 		}
 		if h.router != nil {
-			if resp == nil {
-				text = nil
-			}
-			d := h.router.Decide(x.req.Questions, text, x.routeSignal())
+			d := h.router.Decide(x.req.Questions, resp, x.routeSignal())
 			x.route = &d
 			d.SetHeaders(header)
 			if d.Route == route.RouteHuman {

@@ -1,0 +1,327 @@
+package simulator
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/systemone/systemone-gateway/evaluation"
+)
+
+// evalRequest is what answering needs of an evaluation request, in the
+// caller's order.
+type evalRequest struct {
+	state     json.RawMessage
+	questions []question
+}
+
+type question struct {
+	id  string
+	raw json.RawMessage // the question's JSON as sent
+	typ string
+
+	instructions json.RawMessage
+	criteria     json.RawMessage
+	options      []string          // choice: option keys
+	tiers        []json.RawMessage // score: tier descriptions
+}
+
+// member is one member of a JSON object.
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+var errNotObject = errors.New("not a JSON object")
+
+// members returns a JSON object's members in order. A repeated key keeps its
+// first position and its last value, as Python's json does.
+func members(raw json.RawMessage) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errNotObject
+	}
+	var ms []member
+	index := make(map[string]int)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string) // object keys are always strings
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		if i, ok := index[key]; ok {
+			ms[i].value = value
+			continue
+		}
+		index[key] = len(ms)
+		ms = append(ms, member{key, value})
+	}
+	return ms, nil
+}
+
+func lookup(ms []member, key string) json.RawMessage {
+	for _, m := range ms {
+		if m.key == key {
+			return m.value
+		}
+	}
+	return nil
+}
+
+// parseEvaluation reads a body that evaluation.ParseRequest accepted. An error
+// is a request the simulator cannot answer (a choice without options), or a
+// disagreement with the parser on what a valid request is.
+func parseEvaluation(body []byte) (*evalRequest, error) {
+	top, err := members(standardJSON(body))
+	if err != nil {
+		return nil, fmt.Errorf("body: %w", err)
+	}
+	e := &evalRequest{state: lookup(top, "state")}
+	var qs []member
+	if raw := lookup(top, "questions"); raw != nil {
+		if qs, err = members(raw); err != nil {
+			return nil, fmt.Errorf("questions: %w", err)
+		}
+	}
+	for _, m := range qs {
+		fields, err := members(m.value)
+		if err != nil {
+			return nil, fmt.Errorf("question %q: %w", m.key, err)
+		}
+		q := question{
+			id:           m.key,
+			raw:          m.value,
+			instructions: lookup(fields, "instructions"),
+			criteria:     lookup(fields, "criteria"),
+		}
+		if err := json.Unmarshal(lookup(fields, "type"), &q.typ); err != nil {
+			return nil, fmt.Errorf("question %q: type is not a string", m.key)
+		}
+		switch q.typ {
+		case evaluation.TypeNoul:
+		case evaluation.TypeChoice:
+			options, err := members(q.criteria)
+			if err != nil || len(options) == 0 {
+				return nil, fmt.Errorf("question %q: choice criteria holds no options", m.key)
+			}
+			for _, o := range options {
+				q.options = append(q.options, o.key)
+			}
+		case evaluation.TypeScore:
+			if err := json.Unmarshal(q.criteria, &q.tiers); err != nil || len(q.tiers) == 0 {
+				return nil, fmt.Errorf("question %q: score criteria holds no tiers", m.key)
+			}
+		default:
+			return nil, fmt.Errorf("question %q: unknown type %q", m.key, q.typ)
+		}
+		e.questions = append(e.questions, q)
+	}
+	return e, nil
+}
+
+var (
+	utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+	// nonFinite lists -Infinity before Infinity, so the longer one matches.
+	nonFinite = [][]byte{[]byte("-Infinity"), []byte("Infinity"), []byte("NaN")}
+)
+
+// standardJSON turns a body that Python's json reads, as the service does,
+// into one encoding/json reads: without a UTF-8 byte order mark, and with the
+// literals NaN, Infinity and -Infinity written as strings.
+func standardJSON(body []byte) []byte {
+	body = bytes.TrimPrefix(body, utf8BOM)
+	if !bytes.Contains(body, []byte("NaN")) && !bytes.Contains(body, []byte("Infinity")) {
+		return body
+	}
+	out := make([]byte, 0, len(body)+16)
+	inString := false
+next:
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case inString && c == '\\' && i+1 < len(body):
+			out = append(out, c, body[i+1])
+			i++
+			continue
+		case c == '"':
+			inString = !inString
+		case !inString:
+			for _, lit := range nonFinite {
+				if bytes.HasPrefix(body[i:], lit) {
+					out = append(append(append(out, '"'), lit...), '"')
+					i += len(lit) - 1
+					continue next
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// answers returns the `answers` object for the version that answers. A
+// question whose id is in confidences gets that noul or confidence.
+func (e *evalRequest) answers(version string, confidences map[string]json.Number) json.RawMessage {
+	var out object
+	for _, q := range e.questions {
+		rng := questionRand(version, e.state, q)
+		target, targeted := confidences[q.id]
+		switch q.typ {
+		case evaluation.TypeNoul:
+			out.raw(q.id, noulAnswer(rng, target, targeted))
+		case evaluation.TypeChoice:
+			out.raw(q.id, choiceAnswer(rng, q.options, target, targeted))
+		case evaluation.TypeScore:
+			out.raw(q.id, scoreAnswer(rng, q.tiers, target, targeted))
+		}
+	}
+	return out.bytes()
+}
+
+// questionRand seeds an answer from everything that defines it, so the same
+// question over the same state and version always gets the same answer.
+func questionRand(version string, state []byte, q question) *rand.Rand {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(version), state, []byte(q.id), q.raw} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	sum := h.Sum(nil)
+	return rand.New(rand.NewPCG(binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])))
+}
+
+// clampTarget reads a requested value: the value limited to 0..1, and whether
+// it was already inside. readControls checked that it parses.
+func clampTarget(target json.Number) (float64, bool) {
+	f, _ := strconv.ParseFloat(target.String(), 64)
+	c := min(max(f, 0), 1)
+	return c, c == f
+}
+
+func noulAnswer(rng *rand.Rand, target json.Number, targeted bool) []byte {
+	var out object
+	out.str("type", evaluation.TypeNoul)
+	switch c, inside := clampTarget(target); {
+	case !targeted:
+		out.raw("noul", []byte(formatHundredths(naturalNoul(rng))))
+	case inside:
+		out.raw("noul", []byte(formatHundredths(int(math.Round(c*100)))))
+	default:
+		out.raw("noul", []byte(target.String()))
+	}
+	return out.bytes()
+}
+
+func choiceAnswer(rng *rand.Rand, options []string, target json.Number, targeted bool) []byte {
+	n := len(options)
+	var dist []int
+	c, inside := clampTarget(target)
+	if targeted {
+		dist = distributionWithPeak(rng, n, peakForChoice(n, c))
+	} else {
+		dist = naturalDistribution(rng, n)
+	}
+	var probs object
+	for i, key := range options {
+		probs.raw(key, []byte(formatHundredths(dist[i])))
+	}
+	confidence := formatDerived(choiceConfidence(dist))
+	if targeted && !inside {
+		confidence = target.String()
+	}
+
+	var out object
+	out.str("type", evaluation.TypeChoice)
+	out.str("choice", options[argmax(dist)])
+	out.raw("probabilities", probs.bytes())
+	out.raw("confidence", []byte(confidence))
+	return out.bytes()
+}
+
+func scoreAnswer(rng *rand.Rand, tiers []json.RawMessage, target json.Number, targeted bool) []byte {
+	n := len(tiers)
+	var dist []int
+	c, inside := clampTarget(target)
+	if targeted {
+		dist = distributionWithPeak(rng, n, peakForScore(n, c))
+	} else {
+		dist = naturalDistribution(rng, n)
+	}
+	var legend, probs object
+	for i, tier := range tiers {
+		legend.str(strconv.Itoa(i), tierText(tier))
+		probs.raw(strconv.Itoa(i), []byte(formatHundredths(dist[i])))
+	}
+	confidence := formatHundredths(dist[argmax(dist)])
+	if targeted && !inside {
+		confidence = target.String()
+	}
+
+	var out object
+	out.str("type", evaluation.TypeScore)
+	out.raw("score", []byte(formatHundredths(scoreOf(dist))))
+	out.raw("legend", legend.bytes())
+	out.raw("probabilities", probs.bytes())
+	out.raw("confidence", []byte(confidence))
+	return out.bytes()
+}
+
+// tierText is a tier's description as the legend shows it: a string as
+// itself, anything else (object, array, null) as compact JSON text.
+func tierText(tier json.RawMessage) string {
+	var s string
+	if t := bytes.TrimSpace(tier); len(t) > 0 && t[0] == '"' && json.Unmarshal(t, &s) == nil {
+		return s
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, tier) != nil {
+		return string(tier) // not reached: the tier came out of a decoded body
+	}
+	return buf.String()
+}
+
+// object builds a JSON object whose members keep the order they are added
+// in: answers follow the caller's question order, probabilities the caller's
+// option order.
+type object struct {
+	b []byte
+}
+
+func (o *object) raw(key string, value []byte) {
+	if o.b == nil {
+		o.b = append(o.b, '{')
+	} else {
+		o.b = append(o.b, ',')
+	}
+	o.b = appendString(o.b, key)
+	o.b = append(o.b, ':')
+	o.b = append(o.b, value...)
+}
+
+func (o *object) str(key, value string) {
+	o.raw(key, appendString(nil, value))
+}
+
+func (o *object) bytes() []byte {
+	if o.b == nil {
+		return []byte("{}")
+	}
+	return append(o.b, '}')
+}
+
+func appendString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}
