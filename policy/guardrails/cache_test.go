@@ -1,0 +1,224 @@
+package guardrails
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+func newRedis(t *testing.T, srv *redistest.Server) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func TestCacheRedisShared(t *testing.T) {
+	srv := redistest.Start(t)
+	svc := newService(t, answer(verdictJSON("中风险", []string{"色情"}, nil, "代答", "抱歉")))
+	cfg := Config{URL: svc.URL, APIKey: testKey, Cache: caddy.Duration(time.Minute)}
+	// Two gateway instances, each with its own client, one Redis.
+	one, err := New(cfg, newRedis(t, srv), "systemone:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := New(cfg, newRedis(t, srv), "systemone:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const state = `"秘密 secret-text"`
+	first := one.Check(ctx, []byte(state))
+	second := two.Check(ctx, []byte(state))
+	if n := svc.calls.Load(); n != 1 {
+		t.Fatalf("service called %d times, want 1", n)
+	}
+	if first.Cached || !second.Cached || second.Action != ActionReview || second.SuggestAnswer != "抱歉" || second.Categories[0] != "pornography" {
+		t.Errorf("first %+v\nsecond %+v", first, second)
+	}
+
+	// The key is the prefix and a hash, the value holds no request text,
+	// and both expire with the TTL.
+	rdb := newRedis(t, srv)
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || !regexp.MustCompile(`^systemone:guardrails:[0-9a-f]{64}$`).MatchString(keys[0]) {
+		t.Fatalf("keys %q", keys)
+	}
+	value, _ := rdb.Get(ctx, keys[0]).Result()
+	if strings.Contains(value, "secret-text") || strings.Contains(value, "秘密") {
+		t.Errorf("cached value holds request text: %s", value)
+	}
+	if ttl := rdb.PTTL(ctx, keys[0]).Val(); ttl <= 50*time.Second || ttl > time.Minute {
+		t.Errorf("PTTL %v, want about a minute", ttl)
+	}
+
+	// Another prefix is another cache; a garbled entry is a miss.
+	other, _ := New(cfg, rdb, "tenant2:", nil)
+	other.Check(ctx, []byte(state))
+	rdb.Set(ctx, keys[0], "garbage", time.Minute)
+	if v := one.Check(ctx, []byte(state)); v.Cached || v.Action != ActionReview {
+		t.Errorf("verdict %+v after garbage in the cache", v)
+	}
+	if n := svc.calls.Load(); n != 3 {
+		t.Errorf("service called %d times, want 3", n)
+	}
+}
+
+// countingRedis counts the commands sent to Redis.
+type countingRedis struct {
+	RedisClient
+	commands atomic.Int64
+}
+
+func (c *countingRedis) Get(ctx context.Context, key string) *redis.StringCmd {
+	c.commands.Add(1)
+	return c.RedisClient.Get(ctx, key)
+}
+
+func (c *countingRedis) Set(ctx context.Context, key string, value any, ttl time.Duration) *redis.StatusCmd {
+	c.commands.Add(1)
+	return c.RedisClient.Set(ctx, key, value, ttl)
+}
+
+func TestCacheRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	svc := newService(t, answer(passAnswer))
+	core, logs := observer.New(zapcore.DebugLevel)
+	rdb := &countingRedis{RedisClient: newRedis(t, srv)}
+	c, err := New(Config{URL: svc.URL, APIKey: testKey, Cache: caddy.Duration(time.Minute)}, rdb, "p:", zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	c.cache.(*redisCache).now = func() time.Time { return now }
+	ctx := context.Background()
+	check := func(wantCached bool, wantCommands int64) {
+		t.Helper()
+		rdb.commands.Store(0)
+		if v := c.Check(ctx, []byte(`"x"`)); v.Action != ActionPass || v.Err != nil || v.Cached != wantCached {
+			t.Fatalf("verdict %+v, want a pass, cached %v", v, wantCached)
+		}
+		if n := rdb.commands.Load(); n != wantCommands {
+			t.Errorf("%d Redis commands, want %d", n, wantCommands)
+		}
+	}
+
+	srv.Stop()
+	check(false, 1) // GET fails; no SET while Redis rests
+	check(false, 0) // left alone for a while
+	now = now.Add(redisRetryAfter)
+	check(false, 1) // tried again, still down
+	if n := svc.calls.Load(); n != 3 {
+		t.Errorf("service called %d times, want 3", n)
+	}
+
+	srv.Restart()
+	now = now.Add(redisRetryAfter)
+	check(false, 2) // GET misses, SET stores
+	check(true, 1)
+	if n := logs.FilterMessageSnippet("redis failing").FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 {
+		t.Errorf("%d warnings that Redis fails, want 1", n)
+	}
+	if n := logs.FilterMessageSnippet("redis answering again").Len(); n != 1 {
+		t.Errorf("%d entries that Redis is back, want 1", n)
+	}
+	assertNoSecrets(t, logs)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// heldService is an in-memory service for synctest bubbles: every call waits
+// for release (or its context), then passes.
+func heldService(c *Checker, calls *atomic.Int64, release <-chan struct{}) {
+	c.client = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(passAnswer))}, nil
+	})}
+}
+
+func TestConcurrentChecksShareOneCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChecker(t, Config{URL: "http://guardrails.test"})
+		var calls atomic.Int64
+		release := make(chan struct{})
+		heldService(c, &calls, release)
+
+		verdicts := make([]Verdict, 8)
+		var wg sync.WaitGroup
+		for i := range verdicts {
+			state := `"same"`
+			if i == len(verdicts)-1 {
+				state = `"different"`
+			}
+			wg.Go(func() { verdicts[i] = c.Check(context.Background(), []byte(state)) })
+		}
+		// One caller going away does not fail the others sharing its call.
+		ctx, cancel := context.WithCancel(context.Background())
+		var gone Verdict
+		wg.Go(func() { gone = c.Check(ctx, []byte(`"same"`)) })
+		synctest.Wait() // everyone is waiting on a call
+		cancel()
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+
+		if n := calls.Load(); n != 2 {
+			t.Errorf("%d calls for two distinct states", n)
+		}
+		for i, v := range verdicts {
+			if v.Action != ActionPass || v.Err != nil {
+				t.Errorf("check %d: %+v", i, v)
+			}
+		}
+		if !gone.Unavailable {
+			t.Errorf("the caller that went away got %+v", gone)
+		}
+	})
+}
+
+func TestTimeoutBoundsWholeCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChecker(t, Config{URL: "http://guardrails.test", Timeout: caddy.Duration(1500 * time.Millisecond)})
+		var calls atomic.Int64
+		heldService(c, &calls, nil) // never answers
+		v := c.Check(context.Background(), []byte(`"x"`))
+		if v.Elapsed != 1500*time.Millisecond || !v.Unavailable {
+			t.Errorf("verdict %+v, want unavailable after exactly the timeout", v)
+		}
+		// A caller's earlier deadline wins.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if v := c.Check(ctx, []byte(`"y"`)); v.Elapsed != 100*time.Millisecond {
+			t.Errorf("elapsed %v, want the caller's 100ms", v.Elapsed)
+		}
+		time.Sleep(1500 * time.Millisecond) // the abandoned call ends at its own timeout
+		synctest.Wait()
+		if n := calls.Load(); n != 2 {
+			t.Errorf("%d calls, want 2", n)
+		}
+	})
+}
