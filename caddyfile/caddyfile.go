@@ -42,6 +42,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		org_header   <header>
 //		org_keys     <file>
 //		unknown_keys own|reject
+//		per_org_metrics
 //		limits {
 //			redis               <url> [<url>...]
 //			key_prefix          <prefix>
@@ -117,6 +118,11 @@ func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 			h.OrgKeys, err = stringArg(d)
 		case "unknown_keys":
 			h.UnknownKeys, err = oneOf(d, "own", "reject")
+		case "per_org_metrics":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.PerOrgMetrics = true
 		case "limits":
 			h.Limits, err = parseLimits(d)
 		case "guardrails":

@@ -28,7 +28,7 @@ var errTooLarge = errors.New("request body over max_body")
 // Each step either passes the request on or answers for the upstream.
 func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	x := &exchange{start: h.now()}
-	defer h.logExchange(x)
+	defer h.record(x)
 
 	key, ok := identity.BearerKey(r.Header)
 	if ok {

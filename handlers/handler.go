@@ -57,6 +57,9 @@ type Handler struct {
 	Breaker *breaker.Config `json:"breaker,omitempty"`
 	// Route stamps X-Route from confidence thresholds pinned to versions.
 	Route *route.Config `json:"route,omitempty"`
+	// PerOrgMetrics labels the Prometheus metrics with the org id. Default
+	// off: org ids are unbounded, and so would the metrics' cardinality be.
+	PerOrgMetrics bool `json:"per_org_metrics,omitempty"`
 
 	logger     *zap.Logger
 	identity   *identity.Resolver
@@ -64,6 +67,7 @@ type Handler struct {
 	guardrails *guardrails.Checker
 	breakers   *breaker.Set
 	router     *route.Router
+	metrics    *metrics
 	redis      redis.UniversalClient
 	release    func() error
 	now        func() time.Time
@@ -88,6 +92,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	repl := caddy.NewReplacer()
 	var err error
+	if h.metrics, err = newMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
 	h.identity, err = identity.New(repl.ReplaceAll(h.OrgHeader, ""), repl.ReplaceAll(h.OrgKeys, ""), h.UnknownKeys)
 	if err != nil {
 		return err

@@ -11,11 +11,22 @@ import (
 // yuanPerToken is the upstream's input price: 0.042 yuan per million tokens.
 const yuanPerToken = 0.042 / 1e6
 
-// logExchange writes the one entry per evaluation request. Every field of
-// the contract is present in every entry (empty or null when it does not
-// apply), so log queries never need to test for a field's existence. It
-// holds no key, no Authorization value and no request text.
-func (h *Handler) logExchange(x *exchange) {
+// record counts a finished evaluation request in the metrics and writes
+// its one log entry. Every field of the contract is present in every entry
+// (empty or null when it does not apply), so log queries never need to test
+// for a field's existence. It holds no key, no Authorization value and no
+// request text.
+func (h *Handler) record(x *exchange) {
+	breakerState := x.breakerState
+	if breakerState == "" && h.breakers != nil && x.req != nil {
+		breakerState = h.breakers.State(x.req.ModelOrDefault())
+	}
+	orgLabel := ""
+	if h.PerOrgMetrics {
+		orgLabel = x.org
+	}
+	h.metrics.observe(x, orgLabel, breakerState)
+
 	ce := h.logger.Check(zapcore.InfoLevel, "systemone request")
 	if ce == nil {
 		return
@@ -51,10 +62,6 @@ func (h *Handler) logExchange(x *exchange) {
 	}
 	if x.forwarded {
 		upstreamMS = millis(x.upstream)
-	}
-	breakerState := x.breakerState
-	if breakerState == "" && h.breakers != nil && x.req != nil {
-		breakerState = h.breakers.State(x.req.ModelOrDefault())
 	}
 	ce.Write(
 		zap.String("org", x.org),

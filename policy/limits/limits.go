@@ -108,6 +108,13 @@ func (l *Limiter) Close() error {
 	return l.closeErr
 }
 
+// Limits that refuse a request, as Decision.Bucket names them.
+const (
+	BucketRequests = "requests"
+	BucketTokens   = "tokens"
+	BucketHold     = "upstream_hold"
+)
+
 // Decision is the answer to one admission.
 type Decision struct {
 	// Allowed admits the request.
@@ -121,6 +128,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Message is the 429 detail, naming the limit that was hit.
 	Message string
+	// Bucket names the limit that refused the request: BucketRequests,
+	// BucketTokens or BucketHold (the upstream's own 429 for the org).
+	Bucket string
 	// Requests and Tokens report the two buckets (see Quota).
 	Requests, Tokens Quota
 	// Charged is the number of input tokens debited: the estimate capped at
@@ -247,10 +257,13 @@ func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *l
 	d.RetryAfter = time.Duration(secs) * time.Second
 	switch {
 	case o.holdWait > 0:
+		d.Bucket = BucketHold
 		d.Message = "Rate limit exceeded: the upstream limited organization " + org + "; retry after " + strconv.FormatInt(secs, 10) + "s"
 	case o.reqWait >= o.tokWait:
+		d.Bucket = BucketRequests
 		d.Message = "Rate limit exceeded: " + strconv.FormatInt(lim.rpm, 10) + " requests per minute for organization " + org
 	default:
+		d.Bucket = BucketTokens
 		d.Message = "Rate limit exceeded: " + strconv.FormatInt(lim.tps, 10) + " input tokens per second for organization " + org
 	}
 	return d
