@@ -58,7 +58,17 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		}
 	}()
 
-	req, err := evaluation.ParseRequest(body)
+	// A compressed body is inspected decompressed (bounded by max_body,
+	// too) and forwarded as it came. One the gateway cannot decode is
+	// inspected as it is, and so refused as not JSON.
+	text, err := decodeBody(r.Header, body, h.MaxBody)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return x.answer(w, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
+	case err != nil:
+		text = body
+	}
+	req, err := evaluation.ParseRequest(text)
 	if err != nil {
 		var invalid *evaluation.ValidationError
 		errors.As(err, &invalid)
@@ -165,9 +175,10 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 	switch status {
 	case http.StatusOK:
 		var resp *evaluation.Response
-		text, readable := decodedBody(header, raw, maxResponseBuffer)
-		if raw != nil && readable {
-			resp, _ = evaluation.ParseResponse(text)
+		if raw != nil {
+			if text, err := decodeBody(header, raw, maxResponseBuffer); err == nil {
+				resp, _ = evaluation.ParseResponse(text)
+			}
 		}
 		if resp != nil {
 			x.model = resp.Model

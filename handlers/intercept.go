@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"bytes"
+	"errors"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
@@ -122,19 +123,21 @@ func (i *interceptor) FlushError() error {
 // Unwrap lets http.ResponseController reach the connection's deadlines.
 func (i *interceptor) Unwrap() http.ResponseWriter { return i.w }
 
-// decodedBody returns a response body as text for reading: gzip and deflate
-// are decoded (bounded by limit, against decompression bombs); the bytes
-// sent to the client are never touched. ok is false when the body cannot be
-// decoded within the bound.
-func decodedBody(h http.Header, body []byte, limit int) (decoded []byte, ok bool) {
+// errUndecodable is a body in a content coding the gateway cannot read.
+var errUndecodable = errors.New("body in an unreadable content coding")
+
+// decodeBody returns a body as text for reading: gzip and deflate are
+// decoded, bounded by limit against decompression bombs (errTooLarge
+// beyond); the bytes that travel on are never touched.
+func decodeBody(h http.Header, body []byte, limit int64) ([]byte, error) {
 	var r io.Reader
 	switch strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding"))) {
 	case "", "identity":
-		return body, true
+		return body, nil
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
-			return nil, false
+			return nil, errUndecodable
 		}
 		r = zr
 	case "deflate":
@@ -146,11 +149,14 @@ func decodedBody(h http.Header, body []byte, limit int) (decoded []byte, ok bool
 			r = zr
 		}
 	default:
-		return nil, false
+		return nil, errUndecodable
 	}
-	out, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
-	if err != nil || len(out) > limit {
-		return nil, false
+	out, err := io.ReadAll(io.LimitReader(r, limit+1))
+	switch {
+	case err != nil:
+		return nil, errUndecodable
+	case int64(len(out)) > limit:
+		return nil, errTooLarge
 	}
-	return out, true
+	return out, nil
 }
