@@ -54,7 +54,7 @@ func ParseResponse(body []byte) (*Response, error) {
 		visitUsage                         func(key span) bool
 	)
 	number := func(sp span) (float64, bool) {
-		if sp.kind != kindNumber {
+		if sp.kind != kindNumber || s.err != nil {
 			return 0, false
 		}
 		v, err := strconv.ParseFloat(string(raw(body, sp)), 64)
@@ -63,7 +63,8 @@ func ParseResponse(body []byte) (*Response, error) {
 	visitAnswer = func(key span) bool {
 		switch {
 		case s.keyIs(key, "type"):
-			if sp := s.value(nil); sp.kind == kindString {
+			cur.Type = ""
+			if sp := s.value(nil); sp.kind == kindString && s.err == nil {
 				cur.Type = s.text(sp)
 			}
 		case s.keyIs(key, "noul"):
@@ -77,9 +78,10 @@ func ParseResponse(body []byte) (*Response, error) {
 	}
 	visitAnswers = func(key span) bool {
 		cur = Answer{ID: s.text(key)}
-		if sp := s.value(visitAnswer); sp.kind == kindObject {
-			resp.Answers = append(resp.Answers, cur)
-		}
+		// A value that is no answer object is kept as an answer with no
+		// type, so a repeated id's last value wins whatever it is.
+		s.value(visitAnswer)
+		resp.Answers = append(resp.Answers, cur)
 		return true
 	}
 	visitUsage = func(key span) bool {
@@ -87,7 +89,11 @@ func ParseResponse(body []byte) (*Response, error) {
 			return false
 		}
 		sp := s.value(nil)
-		if v, err := strconv.ParseInt(string(raw(body, sp)), 10, 64); err == nil && sp.kind == kindNumber && v >= 0 {
+		resp.InputTokens, resp.HasUsage = 0, false
+		if sp.kind != kindNumber || s.err != nil {
+			return true
+		}
+		if v, err := strconv.ParseInt(string(raw(body, sp)), 10, 64); err == nil && v >= 0 {
 			resp.InputTokens, resp.HasUsage = v, true
 		}
 		return true
@@ -95,7 +101,8 @@ func ParseResponse(body []byte) (*Response, error) {
 	visitTop = func(key span) bool {
 		switch {
 		case s.keyIs(key, "model"):
-			if sp := s.value(nil); sp.kind == kindString {
+			resp.Model = ""
+			if sp := s.value(nil); sp.kind == kindString && s.err == nil {
 				resp.Model = s.text(sp)
 			}
 		case s.keyIs(key, "answers"):

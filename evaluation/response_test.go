@@ -35,8 +35,16 @@ func TestParseResponse(t *testing.T) {
 	if d, _ := resp.Find("d"); d.HasConfidence {
 		t.Errorf("d: a string confidence read as a number: %+v", d)
 	}
-	if _, ok := resp.Find("e"); ok {
-		t.Error("e: a non-object answer was read")
+	if e, ok := resp.Find("e"); !ok || e.Type != "" || e.HasConfidence || e.HasNoul {
+		t.Errorf("e: a non-object answer read as %+v %v, want one with no type", e, ok)
+	}
+	// A repeated key's last value wins, whatever its type.
+	resp, _ = ParseResponse([]byte(`{"model":"m","model":null,"answers":{"a":{"type":"choice","type":1,"confidence":0.9},"b":{"type":"noul","noul":1},"b":null}}`))
+	if a, _ := resp.Find("a"); resp.Model != "" || a.Type != "" {
+		t.Errorf("repeated keys: model %q, a.type %q, want both empty", resp.Model, a.Type)
+	}
+	if b, _ := resp.Find("b"); b.HasNoul {
+		t.Error("repeated answer: the first value won")
 	}
 }
 
@@ -55,6 +63,9 @@ func TestParseResponseUnreadable(t *testing.T) {
 func FuzzParseResponse(f *testing.F) {
 	f.Add([]byte(`{"model":"m","answers":{"a":{"type":"noul","noul":0.5}},"usage":{"input_tokens":3}}`))
 	f.Add([]byte(`{"answers":{"a":{"type":"choice","confidence":1e400}}}`))
+	f.Add([]byte(`{"usage":{"input_tokens":`))
+	f.Add([]byte(`{"model":"`))
+	f.Add([]byte(`{"answers":{"a":{"type":"`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		resp, err := ParseResponse(body)
 		if err != nil {

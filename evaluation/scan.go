@@ -84,6 +84,7 @@ func (s *scanner) value(visit func(key span) bool) span {
 	sp := span{start: start}
 	if s.pos >= len(s.b) {
 		s.fail(s.pos, "Expecting value")
+		sp.end = s.pos
 		return sp
 	}
 	switch c := s.b[s.pos]; {

@@ -66,10 +66,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("pin %q: version pinned twice", p.Version)
 		}
 		seen[p.Version] = true
-		for _, t := range [...]struct {
-			typ string
-			v   *float64
-		}{{evaluation.TypeNoul, p.Noul}, {evaluation.TypeChoice, p.Choice}, {evaluation.TypeScore, p.Score}} {
+		for _, t := range p.typeThresholds() {
 			if t.v != nil && !inUnit(*t.v) {
 				return fmt.Errorf("pin %q: %s threshold %v is outside 0..1", p.Version, t.typ, *t.v)
 			}
@@ -89,6 +86,17 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// typeThreshold is a pin's threshold for one question type; v is nil when
+// the pin has none.
+type typeThreshold struct {
+	typ string
+	v   *float64
+}
+
+func (p Pin) typeThresholds() [3]typeThreshold {
+	return [3]typeThreshold{{evaluation.TypeNoul, p.Noul}, {evaluation.TypeChoice, p.Choice}, {evaluation.TypeScore, p.Score}}
 }
 
 // inUnit reports whether v is in 0..1; NaN is not.

@@ -1,0 +1,81 @@
+package route
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// Headers the gateway owns on a routed response.
+const (
+	HeaderRoute      = "X-Route"
+	HeaderReason     = "X-Route-Reason"
+	HeaderModel      = "X-Route-Model"
+	HeaderConfidence = "X-Route-Confidence"
+	HeaderQuestions  = "X-Route-Questions"
+)
+
+// SetHeaders writes the decision's X-Route* headers to h, the headers of a
+// 200 response. It first deletes any the upstream sent under these names, so
+// that none passes as the gateway's. X-Route-Model and X-Route-Confidence
+// are left out when unknown (X-Route-Model also when the version holds bytes
+// a header value cannot carry), X-Route-Questions when there are no questions.
+func (d Decision) SetHeaders(h http.Header) {
+	for _, name := range [...]string{HeaderRoute, HeaderReason, HeaderModel, HeaderConfidence, HeaderQuestions} {
+		h.Del(name)
+	}
+	h.Set(HeaderRoute, d.Route)
+	h.Set(HeaderReason, d.Reason)
+	if d.Model != "" && isPrintableASCII(d.Model) {
+		h.Set(HeaderModel, d.Model)
+	}
+	if d.HasMinConfidence {
+		h.Set(HeaderConfidence, strconv.FormatFloat(d.MinConfidence, 'f', 2, 64))
+	}
+	if len(d.Questions) > 0 {
+		h.Set(HeaderQuestions, d.questionsHeader())
+	}
+}
+
+// questionsHeader returns `<id>=<route>, ...` with ids percent-encoded.
+func (d Decision) questionsHeader() string {
+	n := 0
+	for _, q := range d.Questions {
+		n += len(q.ID) + len(", =human")
+	}
+	b := make([]byte, 0, n)
+	for i, q := range d.Questions {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendEscaped(b, q.ID)
+		b = append(b, '=')
+		b = append(b, q.Route...)
+	}
+	return string(b)
+}
+
+// appendEscaped percent-encodes s as RFC 3986 does for data: every byte but
+// the unreserved characters A-Z a-z 0-9 - . _ ~ becomes %XX (uppercase hex).
+// That escapes the header's own separators (`,` `=` space) and keeps the
+// value ASCII whatever the id holds.
+func appendEscaped(b []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', hex[c>>4], hex[c&0xF])
+		}
+	}
+	return b
+}
+
+func isPrintableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7E {
+			return false
+		}
+	}
+	return true
+}

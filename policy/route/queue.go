@@ -1,0 +1,218 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Meta is what a review entry holds beyond the decision.
+type Meta struct {
+	// RequestID is the upstream's x-request-id.
+	RequestID string
+	// Org is the organization id.
+	Org string
+	// Request and Response are the request body and the (decompressed)
+	// response body. They are stored only with Queue.IncludeContent, and
+	// copied before Enqueue returns.
+	Request, Response []byte
+}
+
+// QueueStats counts review entries since the Router was made.
+type QueueStats struct {
+	// Enqueued entries were written to the stream.
+	Enqueued int64
+	// Dropped entries were never sent: too many writes in flight, or the
+	// Router closed.
+	Dropped int64
+	// Failed entries were sent and not written (Redis error or timeout).
+	Failed int64
+}
+
+// Enqueue tuning: a slow or lost Redis costs each human-routed response at
+// most one goroutine for enqueueTimeout, and never more than maxInFlight
+// goroutines in all; entries beyond that are dropped, counted and logged.
+const (
+	enqueueTimeout = time.Second
+	maxInFlight    = 64
+)
+
+// queue is the review stream.
+type queue struct {
+	client         redis.UniversalClient
+	stream         string
+	maxLen         int64
+	includeContent bool
+	timeout        time.Duration
+	slots          chan struct{} // a token per write in flight
+	now            func() time.Time
+	logger         *zap.Logger
+
+	mu     sync.Mutex // orders wg.Add against Close
+	closed bool
+	wg     sync.WaitGroup
+
+	enqueued, dropped, failed atomic.Int64
+}
+
+func newQueue(cfg Queue, client redis.UniversalClient, logger *zap.Logger) *queue {
+	maxLen := cfg.MaxLen
+	if maxLen == 0 {
+		maxLen = DefaultMaxLen
+	}
+	return &queue{
+		client:         client,
+		stream:         cfg.Stream,
+		maxLen:         maxLen,
+		includeContent: cfg.IncludeContent,
+		timeout:        enqueueTimeout,
+		slots:          make(chan struct{}, maxInFlight),
+		now:            time.Now,
+		logger:         logger,
+	}
+}
+
+// Enqueue appends a human-routed decision to the review stream (XADD with
+// MAXLEN ~), in the background: it never blocks and never fails the request.
+// It does nothing without a configured queue or when d routes auto, so the
+// handler may call it for every routed response. ctx's values are kept, its
+// cancellation is not: the write outlives the request, bounded by a timeout
+// of its own. An entry that cannot be written is logged at warn (ids only,
+// never content) and counted in QueueStats.
+//
+// An entry holds the fields request_id, org, model, route, reason,
+// questions (a JSON array of {"id","type","route","confidence"}, confidence
+// null when unread), ts (RFC 3339, UTC) and, with include_content, request
+// and response.
+func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
+	q := r.queue
+	if q == nil || d.Route != RouteHuman {
+		return
+	}
+	ref := entryRef{requestID: meta.RequestID, org: meta.Org, reason: d.Reason}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		q.lost(ref, "review queue closed, entry dropped", nil, &q.dropped)
+		return
+	}
+	select {
+	case q.slots <- struct{}{}:
+	default:
+		q.mu.Unlock()
+		q.lost(ref, "review queue saturated, entry dropped", nil, &q.dropped)
+		return
+	}
+	q.wg.Add(1)
+	q.mu.Unlock()
+
+	args := &redis.XAddArgs{
+		Stream: q.stream,
+		MaxLen: q.maxLen,
+		Approx: true,
+		Values: q.values(d, meta), // built now: the caller may reuse its buffers
+	}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer func() {
+			<-q.slots
+			q.wg.Done()
+		}()
+		ctx, cancel := context.WithTimeout(ctx, q.timeout)
+		defer cancel()
+		if err := q.client.XAdd(ctx, args).Err(); err != nil {
+			q.lost(ref, "review queue write failed, entry lost", err, &q.failed)
+			return
+		}
+		q.enqueued.Add(1)
+	}()
+}
+
+// Close waits for the writes in flight, each bounded by its timeout, and
+// makes later Enqueue calls drop their entries. It leaves the Redis client
+// open: the caller owns it. Call it from the handler's Cleanup.
+func (r *Router) Close() {
+	q := r.queue
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.wg.Wait()
+}
+
+// QueueStats returns the review queue's counters; zero without a queue.
+func (r *Router) QueueStats() QueueStats {
+	q := r.queue
+	if q == nil {
+		return QueueStats{}
+	}
+	return QueueStats{Enqueued: q.enqueued.Load(), Dropped: q.dropped.Load(), Failed: q.failed.Load()}
+}
+
+// entryQuestion is one element of an entry's `questions` field.
+type entryQuestion struct {
+	ID         string   `json:"id"`
+	Type       string   `json:"type"`
+	Route      string   `json:"route"`
+	Confidence *float64 `json:"confidence"`
+}
+
+// values returns the entry's fields, in a fixed order.
+func (q *queue) values(d Decision, meta Meta) []string {
+	qs := make([]entryQuestion, len(d.Questions))
+	for i, dq := range d.Questions {
+		qs[i] = entryQuestion{ID: dq.ID, Type: dq.Type, Route: dq.Route}
+		if dq.HasConfidence {
+			qs[i].Confidence = &d.Questions[i].Confidence
+		}
+	}
+	questions, err := json.Marshal(qs)
+	if err != nil { // strings and finite floats always marshal
+		questions = []byte("[]")
+	}
+	v := []string{
+		"request_id", meta.RequestID,
+		"org", meta.Org,
+		"model", d.Model,
+		"route", d.Route,
+		"reason", d.Reason,
+		"questions", string(questions),
+		"ts", q.now().UTC().Format(time.RFC3339Nano),
+	}
+	if q.includeContent {
+		v = append(v, "request", string(meta.Request), "response", string(meta.Response))
+	}
+	return v
+}
+
+// entryRef names an entry in logs, without its content.
+type entryRef struct {
+	requestID, org, reason string
+}
+
+// lost counts and logs an entry that did not reach the stream. Each is
+// logged, not only the first of a burst: the log is then the only record of
+// a response that needed review.
+func (q *queue) lost(ref entryRef, msg string, err error, counter *atomic.Int64) {
+	n := counter.Add(1)
+	if ce := q.logger.Check(zap.WarnLevel, msg); ce != nil {
+		fields := []zap.Field{
+			zap.String("stream", q.stream),
+			zap.String("request_id", ref.requestID),
+			zap.String("org", ref.org),
+			zap.String("route_reason", ref.reason),
+			zap.Int64("total", n),
+		}
+		if err != nil {
+			fields = append(fields, zap.Error(err))
+		}
+		ce.Write(fields...)
+	}
+}

@@ -1,0 +1,276 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+// queueRouter returns a Router with a queue on a fresh redis-server, its
+// client, and its observed logs.
+func queueRouter(t *testing.T, q Queue) (*Router, *redistest.Server, redis.UniversalClient, *observer.ObservedLogs) {
+	t.Helper()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	r, logs := routerOn(t, client, q)
+	return r, srv, client, logs
+}
+
+// routerOn returns a Router with a queue on client, and its observed logs.
+func routerOn(t *testing.T, client redis.UniversalClient, q Queue) (*Router, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	cfg := testConfig()
+	cfg.Queue = &q
+	r, err := New(cfg, client, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.queue.now = func() time.Time { return time.Date(2025, 3, 1, 12, 0, 0, 5e6, time.FixedZone("CST", 8*3600)) }
+	t.Cleanup(r.Close)
+	return r, logs
+}
+
+var (
+	secretRequest  = []byte(`{"state":"SECRET-STATE","questions":{"a,b":{"type":"choice","instructions":"SECRET-INSTRUCTIONS","criteria":{"good":null,"bad":null}}}}`)
+	queueQuestions = []evaluation.Question{q("a,b", "choice"), q("中文", "noul")}
+)
+
+func humanDecision(r *Router) (Decision, []byte) {
+	resp := body("service-1.0.0", choice("a,b", "0.3"), noul("中文", "0.9"))
+	return decideBody(r, queueQuestions, resp, Signal{}), resp
+}
+
+func readStream(t *testing.T, client redis.UniversalClient, stream string) []redis.XMessage {
+	t.Helper()
+	msgs, err := client.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func TestEnqueue(t *testing.T) {
+	r, _, client, logs := queueRouter(t, Queue{Stream: "review"})
+	d, resp := humanDecision(r)
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-1", Org: "acme", Request: secretRequest, Response: resp})
+
+	// An auto decision is not queued.
+	auto := decideBody(r, queueQuestions, body("service-1.0.0", choice("a,b", "0.9"), noul("中文", "0.9")), Signal{})
+	if auto.Route != RouteAuto {
+		t.Fatalf("setup: %s/%s", auto.Route, auto.Reason)
+	}
+	r.Enqueue(context.Background(), auto, Meta{RequestID: "req-2", Org: "acme"})
+
+	// The request's context ending does not cancel the write.
+	ctx, cancel := context.WithCancel(context.Background())
+	unread := r.Decide(queueQuestions, nil, Signal{})
+	r.Enqueue(ctx, unread, Meta{RequestID: "req-3", Org: "beta"})
+	cancel()
+	r.Close()
+
+	msgs := readStream(t, client, "review")
+	if len(msgs) != 2 {
+		t.Fatalf("%d entries, want 2: %v", len(msgs), msgs)
+	}
+	// Writes run concurrently: entries may land in any order.
+	slices.SortFunc(msgs, func(a, b redis.XMessage) int {
+		return strings.Compare(a.Values["request_id"].(string), b.Values["request_id"].(string))
+	})
+	want := []map[string]any{
+		{
+			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence",
+			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":0.3},{"id":"中文","type":"noul","route":"auto","confidence":0.8}]`,
+			"ts":        "2025-03-01T04:00:00.005Z",
+		},
+		{
+			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response",
+			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":null},{"id":"中文","type":"noul","route":"human","confidence":null}]`,
+			"ts":        "2025-03-01T04:00:00.005Z",
+		},
+	}
+	for i, m := range msgs {
+		if len(m.Values) != len(want[i]) {
+			t.Errorf("entry %d: fields %v, want %v", i, m.Values, want[i])
+		}
+		for k, v := range want[i] {
+			if m.Values[k] != v {
+				t.Errorf("entry %d: %s = %q, want %q", i, k, m.Values[k], v)
+			}
+		}
+		var qs []map[string]any
+		if err := json.Unmarshal([]byte(m.Values["questions"].(string)), &qs); err != nil || len(qs) != 2 {
+			t.Errorf("entry %d: questions not a JSON array of 2: %v", i, err)
+		}
+	}
+	if s := r.QueueStats(); s != (QueueStats{Enqueued: 2}) {
+		t.Errorf("stats %+v, want 2 enqueued", s)
+	}
+	if n := logs.Len(); n != 0 {
+		t.Errorf("%d log entries for successful writes: %v", n, logs.All())
+	}
+}
+
+func TestEnqueueIncludeContent(t *testing.T) {
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review", IncludeContent: true})
+	d, resp := humanDecision(r)
+	req := append([]byte(nil), secretRequest...)
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-1", Org: "acme", Request: req, Response: resp})
+	// The caller may reuse its buffers as soon as Enqueue returns.
+	clear(req)
+	clear(resp)
+	r.Close()
+
+	msgs := readStream(t, client, "review")
+	if len(msgs) != 1 {
+		t.Fatalf("%d entries, want 1", len(msgs))
+	}
+	v := msgs[0].Values
+	if v["request"] != string(secretRequest) {
+		t.Errorf("request %q, want the request body", v["request"])
+	}
+	if wantResp := string(body("service-1.0.0", choice("a,b", "0.3"), noul("中文", "0.9"))); v["response"] != wantResp {
+		t.Errorf("response %q, want %q", v["response"], wantResp)
+	}
+}
+
+func TestEnqueueTrimsApproximately(t *testing.T) {
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review", MaxLen: 10})
+	d, _ := humanDecision(r)
+	const n = 1000
+	r.queue.slots = make(chan struct{}, n) // room for all: this test is about trimming
+	for i := range n {
+		r.Enqueue(context.Background(), d, Meta{RequestID: strconv.Itoa(i)})
+	}
+	r.Close()
+	if s := r.QueueStats(); s != (QueueStats{Enqueued: n}) {
+		t.Fatalf("stats %+v, want %d enqueued", s, n)
+	}
+	length, err := client.XLen(context.Background(), "review").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// MAXLEN ~ trims whole macro nodes (100 entries by default): the stream
+	// stays near maxlen, far below what was written.
+	if length < 10 || length > 200 {
+		t.Errorf("stream length %d after %d writes with maxlen ~10", length, n)
+	}
+}
+
+func TestEnqueueRedisDown(t *testing.T) {
+	r, srv, client, logs := queueRouter(t, Queue{Stream: "review"})
+	d, resp := humanDecision(r)
+	srv.Stop()
+	start := time.Now()
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-lost", Org: "acme", Request: secretRequest, Response: resp})
+	if elapsed := time.Since(start); elapsed > 100*time.Millisecond {
+		t.Errorf("Enqueue took %v with Redis down: it must not wait for the write", elapsed)
+	}
+	r.Close()
+
+	if s := r.QueueStats(); s != (QueueStats{Failed: 1}) {
+		t.Errorf("stats %+v, want 1 failed", s)
+	}
+	entries := logs.FilterMessage("review queue write failed, entry lost").AllUntimed()
+	if len(entries) != 1 || entries[0].Level != zapcore.WarnLevel {
+		t.Fatalf("logs %v, want one warning", logs.AllUntimed())
+	}
+	f := entries[0].ContextMap()
+	if f["request_id"] != "req-lost" || f["org"] != "acme" || f["stream"] != "review" || f["error"] == nil {
+		t.Errorf("warning fields %v", f)
+	}
+	assertNoContent(t, logs)
+
+	// Back up: the same client writes again.
+	srv.Restart()
+	r, _ = routerOn(t, client, Queue{Stream: "review"})
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-2"})
+	r.Close()
+	if msgs := readStream(t, client, "review"); len(msgs) != 1 || msgs[0].Values["request_id"] != "req-2" {
+		t.Errorf("after restart: %v", msgs)
+	}
+}
+
+func TestEnqueueSaturatedDropsWithoutBlocking(t *testing.T) {
+	r, srv, client, logs := queueRouter(t, Queue{Stream: "review", IncludeContent: true})
+	r.queue.slots = make(chan struct{}, 1)
+	r.queue.timeout = 5 * time.Second // the paused write must outlast the test's steps
+	d, resp := humanDecision(r)
+
+	// Writes block while clients are paused: the first holds the only slot.
+	if reply, err := srv.Do("CLIENT", "PAUSE", "10000", "WRITE"); err != nil || reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q %v", reply, err)
+	}
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-1", Org: "acme", Request: secretRequest, Response: resp})
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-2", Org: "acme", Request: secretRequest, Response: resp})
+	if s := r.QueueStats(); s.Dropped != 1 {
+		t.Fatalf("stats %+v, want the second entry dropped at once", s)
+	}
+	if reply, err := srv.Do("CLIENT", "UNPAUSE"); err != nil || reply != "+OK" {
+		t.Fatalf("CLIENT UNPAUSE: %q %v", reply, err)
+	}
+	r.Close()
+
+	if s := r.QueueStats(); s != (QueueStats{Enqueued: 1, Dropped: 1}) {
+		t.Errorf("stats %+v, want 1 enqueued, 1 dropped", s)
+	}
+	if msgs := readStream(t, client, "review"); len(msgs) != 1 || msgs[0].Values["request_id"] != "req-1" {
+		t.Errorf("stream %v, want req-1 only", msgs)
+	}
+	entries := logs.FilterMessage("review queue saturated, entry dropped").AllUntimed()
+	if len(entries) != 1 || entries[0].ContextMap()["request_id"] != "req-2" {
+		t.Errorf("logs %v, want one warning naming req-2", logs.AllUntimed())
+	}
+	assertNoContent(t, logs)
+
+	// Closed: later entries are dropped, counted and logged, not written.
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-3"})
+	if s := r.QueueStats(); s.Dropped != 2 || logs.FilterMessage("review queue closed, entry dropped").Len() != 1 {
+		t.Errorf("after Close: stats %+v, logs %v", s, logs.AllUntimed())
+	}
+}
+
+func TestEnqueueWithoutQueue(t *testing.T) {
+	r := newRouter(t, testConfig())
+	d, _ := humanDecision(r)
+	r.Enqueue(context.Background(), d, Meta{RequestID: "x"}) // must not panic
+	r.Close()
+	if s := r.QueueStats(); s != (QueueStats{}) {
+		t.Errorf("stats %+v without a queue", s)
+	}
+}
+
+func TestQueueDefaults(t *testing.T) {
+	r, _, _, _ := queueRouter(t, Queue{Stream: "review"})
+	if r.queue.maxLen != DefaultMaxLen || r.queue.includeContent {
+		t.Errorf("maxlen %d, include_content %v; want %d, false", r.queue.maxLen, r.queue.includeContent, DefaultMaxLen)
+	}
+}
+
+// assertNoContent fails when a log entry holds request or response content.
+func assertNoContent(t *testing.T, logs *observer.ObservedLogs) {
+	t.Helper()
+	for _, e := range logs.AllUntimed() {
+		for k, v := range e.ContextMap() {
+			s, _ := json.Marshal(v)
+			for _, secret := range []string{"SECRET", "probabilities", "good"} {
+				if strings.Contains(string(s), secret) {
+					t.Errorf("log %q field %s holds content: %s", e.Message, k, s)
+				}
+			}
+		}
+	}
+}

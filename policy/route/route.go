@@ -1,0 +1,214 @@
+// Package route decides, from an evaluation service's 200 response, whether
+// its answers may be used automatically or must go to a human: each answer's
+// confidence against the threshold pinned to the model version that answered.
+// It also writes the X-Route* headers and feeds a Redis review queue.
+package route
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/systemone/systemone-gateway/evaluation"
+)
+
+// Routes of a question and of a response.
+const (
+	RouteAuto  = "auto"
+	RouteHuman = "human"
+)
+
+// Reasons of a Decision. When several causes force a human, the reported one
+// is the first of: ReasonUnreadableResponse, ReasonUnpinnedVersion,
+// ReasonGuardrailsUnavailable, ReasonGuardrailsReview, ReasonNoThreshold,
+// ReasonLowConfidence. That is, the causes that say nothing about the
+// answers themselves come first, because they make the confidences moot.
+const (
+	// ReasonConfident: every question is at or above its threshold.
+	ReasonConfident = "confident"
+	// ReasonLowConfidence: a question is below its threshold.
+	ReasonLowConfidence = "low_confidence"
+	// ReasonNoThreshold: the pin has no threshold for a question.
+	ReasonNoThreshold = "no_threshold"
+	// ReasonUnpinnedVersion: no pin names the version that answered. The
+	// route is human, or auto with `unpinned auto`.
+	ReasonUnpinnedVersion = "unpinned_version"
+	// ReasonGuardrailsReview: the guardrails verdict asked for a review.
+	ReasonGuardrailsReview = "guardrails_review"
+	// ReasonGuardrailsUnavailable: the guardrails check failed and the request
+	// went through unchecked.
+	ReasonGuardrailsUnavailable = "guardrails_unavailable"
+	// ReasonUnreadableResponse: the body is not a complete answer set for the
+	// request's questions (not JSON, over the buffering bound, an answer
+	// missing or of the wrong type, a confidence outside 0..1, no model).
+	ReasonUnreadableResponse = "unreadable_response"
+)
+
+// Router routes responses. It is safe for concurrent use.
+type Router struct {
+	pins         map[string]*pin
+	unpinnedAuto bool
+	queue        *queue // nil without a configured queue
+}
+
+// pin is a Pin ready for lookups.
+type pin struct {
+	version   string
+	types     map[string]float64 // question type -> threshold
+	questions map[string]float64 // question id -> threshold
+}
+
+// New validates cfg and returns its Router. client is the Redis client of the
+// review queue: required when cfg.Queue is set, ignored otherwise; the caller
+// keeps owning it. A nil logger discards the queue's logs.
+func New(cfg Config, client redis.UniversalClient, logger *zap.Logger) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	r := &Router{
+		pins:         make(map[string]*pin, len(cfg.Pins)),
+		unpinnedAuto: cfg.Unpinned == RouteAuto,
+	}
+	for _, p := range cfg.Pins {
+		rp := &pin{version: p.Version, types: make(map[string]float64, 3), questions: p.Questions}
+		for _, t := range p.typeThresholds() {
+			if t.v != nil {
+				rp.types[t.typ] = *t.v
+			}
+		}
+		r.pins[p.Version] = rp
+	}
+	if q := cfg.Queue; q != nil {
+		if client == nil {
+			return nil, fmt.Errorf("queue %q: no Redis client", q.Stream)
+		}
+		r.queue = newQueue(*q, client, logger)
+	}
+	return r, nil
+}
+
+// Signal is what earlier steps of the request force on the route.
+type Signal struct {
+	// GuardrailsReview: the guardrails verdict is in `review`.
+	GuardrailsReview bool
+	// GuardrailsUnchecked: the guardrails check failed or timed out and the
+	// request was let through (`on_error allow`).
+	GuardrailsUnchecked bool
+}
+
+// Decision is the route of one response.
+type Decision struct {
+	// Route is RouteAuto or RouteHuman.
+	Route string
+	// Reason is one of the Reason constants.
+	Reason string
+	// Model is the concrete version from the response's `model`; "" when the
+	// body could not be read that far.
+	Model string
+	// MinConfidence is the lowest confidence over the questions; meaningful
+	// only when HasMinConfidence, that is when every answer was read.
+	MinConfidence    float64
+	HasMinConfidence bool
+	// Questions holds one entry per question, in the request's order.
+	Questions []QuestionRoute
+}
+
+// QuestionRoute is the route of one question.
+type QuestionRoute struct {
+	// ID and Type are the question's, from the request.
+	ID   string
+	Type string
+	// Route is RouteAuto when the answer's confidence is at or above the
+	// threshold (or the version is unpinned with `unpinned auto`), else
+	// RouteHuman.
+	Route string
+	// Confidence is the answer's confidence (`confidence`, or |2p-1| for
+	// noul); meaningful only when HasConfidence, that is when the answer
+	// was read.
+	Confidence    float64
+	HasConfidence bool
+	// Threshold applies to this question; meaningful only when HasThreshold.
+	Threshold    float64
+	HasThreshold bool
+}
+
+// Decide routes a 200 response. questions are the request's, in its order;
+// resp is the body as evaluation.ParseResponse read it, or nil when the body
+// could not be read (read error, undecodable encoding, over the buffering
+// bound, not JSON), which routes human with ReasonUnreadableResponse. Decide
+// never fails and keeps no reference to resp.
+func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Response, signal Signal) Decision {
+	d := Decision{Questions: make([]QuestionRoute, len(questions))}
+	for i, q := range questions {
+		d.Questions[i] = QuestionRoute{ID: q.ID, Type: q.Type, Route: RouteHuman}
+	}
+	readable := resp != nil && resp.Model != ""
+	if resp != nil {
+		d.Model = resp.Model
+		readAnswers(resp.Answers, d.Questions)
+		for _, q := range d.Questions {
+			readable = readable && q.HasConfidence
+		}
+	}
+
+	p := r.pins[d.Model]
+	var noThreshold, low bool
+	for i := range d.Questions {
+		q := &d.Questions[i]
+		if p != nil {
+			q.Threshold, q.HasThreshold = p.threshold(q.ID, q.Type)
+			noThreshold = noThreshold || !q.HasThreshold
+		}
+		switch {
+		case !q.HasConfidence:
+		case p == nil:
+			if r.unpinnedAuto && d.Model != "" {
+				q.Route = RouteAuto
+			}
+		case q.HasThreshold && q.Confidence >= q.Threshold:
+			q.Route = RouteAuto
+		case q.HasThreshold:
+			low = true
+		}
+	}
+	if readable && len(d.Questions) > 0 {
+		d.MinConfidence, d.HasMinConfidence = d.Questions[0].Confidence, true
+		for _, q := range d.Questions[1:] {
+			d.MinConfidence = min(d.MinConfidence, q.Confidence)
+		}
+	}
+
+	d.Route = RouteHuman
+	switch {
+	case !readable:
+		d.Reason = ReasonUnreadableResponse
+	case p == nil && !r.unpinnedAuto:
+		d.Reason = ReasonUnpinnedVersion
+	case signal.GuardrailsUnchecked:
+		d.Reason = ReasonGuardrailsUnavailable
+	case signal.GuardrailsReview:
+		d.Reason = ReasonGuardrailsReview
+	case p == nil:
+		d.Route, d.Reason = RouteAuto, ReasonUnpinnedVersion
+	case noThreshold:
+		d.Reason = ReasonNoThreshold
+	case low:
+		d.Reason = ReasonLowConfidence
+	default:
+		d.Route, d.Reason = RouteAuto, ReasonConfident
+	}
+	return d
+}
+
+// threshold returns the question id's threshold under the pin, else its type's.
+func (p *pin) threshold(id, typ string) (float64, bool) {
+	if v, ok := p.questions[id]; ok {
+		return v, true
+	}
+	v, ok := p.types[typ]
+	return v, ok
+}
