@@ -2,10 +2,10 @@ package handlers
 
 import (
 	"bytes"
-	"errors"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
+	"errors"
 	"io"
 	"net/http"
 	"strings"

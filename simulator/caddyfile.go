@@ -31,6 +31,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		keys        <key>...
 //		requests_per_minute <n>
 //		tokens_per_second   <n>
+//		max_tokens          <n>
+//		max_question_tokens <n>
 //	}
 //
 // Every subdirective is optional; the block may be left out.
@@ -98,6 +100,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.TokensPerSecond = &n
+
+		case "max_tokens":
+			n, err := count(d)
+			if err != nil {
+				return err
+			}
+			h.MaxTokens = &n
+
+		case "max_question_tokens":
+			n, err := count(d)
+			if err != nil {
+				return err
+			}
+			h.MaxQuestionTokens = &n
 
 		default:
 			return d.Errf("unrecognized systemone_simulator subdirective %q", name)

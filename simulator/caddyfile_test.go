@@ -32,6 +32,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			keys        sk-a sk-b
 			requests_per_minute 60
 			tokens_per_second   0
+			max_tokens          0
+			max_question_tokens 100000
 		}`, want: Handler{
 			Version:           "service-1.1.0",
 			Latency:           caddy.Duration(150 * time.Millisecond),
@@ -39,6 +41,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			Keys:              []string{"sk-a", "sk-b"},
 			RequestsPerMinute: n(60),
 			TokensPerSecond:   n(0),
+			MaxTokens:         n(0),
+			MaxQuestionTokens: n(100000),
 		}},
 		{name: "overloaded fraction", input: "systemone_simulator {\n overloaded 0.25\n}", want: Handler{Overloaded: "0.25"}},
 		{name: "overloaded count", input: "systemone_simulator {\n overloaded 3\n}", want: Handler{Overloaded: "3"}},
@@ -57,6 +61,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "no keys", input: "systemone_simulator {\n keys\n}", wantErr: "wrong argument count"},
 		{name: "bad requests_per_minute", input: "systemone_simulator {\n requests_per_minute many\n}", wantErr: `requests_per_minute "many"`},
 		{name: "negative tokens_per_second", input: "systemone_simulator {\n tokens_per_second -5\n}", wantErr: `tokens_per_second "-5"`},
+		{name: "negative max_tokens", input: "systemone_simulator {\n max_tokens -1\n}", wantErr: `max_tokens "-1"`},
 		{name: "nested block", input: "systemone_simulator {\n version {\n a\n }\n}", wantErr: "wrong argument count"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

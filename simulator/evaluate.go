@@ -150,7 +150,7 @@ func (h *Handler) serveEvaluate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	usage := eval.usage()
-	if usage.total > maxTotalTokens || usage.stateAndLongest > maxQuestionTokens {
+	if over(usage.total, h.budgetTotal) || over(usage.stateAndLongest, h.budgetQuestion) {
 		writeDetail(w, r, http.StatusUnprocessableEntity, "max_tokens_exceeded")
 		return
 	}

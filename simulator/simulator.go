@@ -24,7 +24,7 @@
 //     accepted as itself, anything else is 404 {"detail":"model_not_found"};
 //  4. the token budget (422 {"detail":"max_tokens_exceeded"}) over 64,000
 //     input tokens in total, or over 32,000 for the state plus the longest
-//     question;
+//     question (max_tokens and max_question_tokens change or lift them);
 //  5. the per-key limits (429 with retry-after): requests per minute, and a
 //     token bucket of capacity 64,000 refilled at tokens per second, where a
 //     request costing more than the capacity is charged the capacity;
@@ -173,9 +173,21 @@ type Handler struct {
 	// 64000) of POST /v1/systemone. Default 1000; 0 turns it off.
 	TokensPerSecond *int64 `json:"tokens_per_second,omitempty"`
 
+	// MaxTokens is the token budget of one request (the state plus every
+	// question); over it, 422 max_tokens_exceeded. Default 64000, as the
+	// service documents; 0 turns it off (load benchmarks send larger states).
+	MaxTokens *int64 `json:"max_tokens,omitempty"`
+
+	// MaxQuestionTokens is the budget of the state plus the longest single
+	// question; over it, 422 max_tokens_exceeded. Default 32000, as the
+	// service documents; 0 turns it off.
+	MaxQuestionTokens *int64 `json:"max_question_tokens,omitempty"`
+
 	keys     map[string]struct{}
 	overload overload
 	limiter  *limiter
+	// budgetTotal and budgetQuestion are the token budgets; 0 is off.
+	budgetTotal, budgetQuestion int64
 	// now and random are swapped by tests.
 	now    func() time.Time
 	random func() float64
@@ -222,6 +234,13 @@ func (h *Handler) provision() error {
 		tps = *h.TokensPerSecond
 	}
 	h.limiter = newLimiter(rpm, tps, h.now)
+	h.budgetTotal, h.budgetQuestion = maxTotalTokens, maxQuestionTokens
+	if h.MaxTokens != nil {
+		h.budgetTotal = *h.MaxTokens
+	}
+	if h.MaxQuestionTokens != nil {
+		h.budgetQuestion = *h.MaxQuestionTokens
+	}
 	return nil
 }
 
@@ -243,6 +262,12 @@ func (h *Handler) Validate() error {
 	}
 	if h.TokensPerSecond != nil && *h.TokensPerSecond < 0 {
 		return fmt.Errorf("tokens_per_second %d: must not be negative", *h.TokensPerSecond)
+	}
+	if h.MaxTokens != nil && *h.MaxTokens < 0 {
+		return fmt.Errorf("max_tokens %d: must not be negative", *h.MaxTokens)
+	}
+	if h.MaxQuestionTokens != nil && *h.MaxQuestionTokens < 0 {
+		return fmt.Errorf("max_question_tokens %d: must not be negative", *h.MaxQuestionTokens)
 	}
 	return nil
 }

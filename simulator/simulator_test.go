@@ -581,6 +581,38 @@ func TestMaxTokens(t *testing.T) {
 	}
 }
 
+// TestMaxTokensSettings: the budgets can be moved, and 0 lifts them.
+func TestMaxTokensSettings(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	state := strings.TrimSpace(strings.Repeat("a ", 40000)) // 40000 tokens
+	body := `{"state": "` + state + `", "questions": {"q": {"type": "noul", "instructions": "Ok?"}}}`
+	for _, tc := range []struct {
+		name               string
+		total, perQuestion *int64
+		ok                 bool
+	}{
+		{"defaults", nil, nil, false},
+		{"question budget off", nil, n(0), true},
+		{"question budget raised", nil, n(50000), true},
+		{"total budget under the request", n(30000), n(0), false},
+		{"both off", n(0), n(0), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := evaluate(newHandler(t, Handler{MaxTokens: tc.total, MaxQuestionTokens: tc.perQuestion}), body)
+			if !tc.ok {
+				wantDetail(t, rec, http.StatusUnprocessableEntity, "max_tokens_exceeded")
+				return
+			}
+			if got := decodeResponse(t, rec).Usage.InputTokens; got != 40000+questionOverhead+2 {
+				t.Errorf("input_tokens %d, want %d", got, 40000+questionOverhead+2)
+			}
+		})
+	}
+	if err := (&Handler{MaxTokens: n(-1)}).Validate(); err == nil {
+		t.Error("Validate accepted max_tokens -1")
+	}
+}
+
 // TestStateCountedOnce: a second question adds its own tokens, not the
 // state's again.
 func TestStateCountedOnce(t *testing.T) {

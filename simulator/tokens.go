@@ -14,6 +14,9 @@ const (
 	maxQuestionTokens = 32000
 )
 
+// over reports whether tokens exceed budget; a budget of 0 is off.
+func over(tokens, budget int64) bool { return budget > 0 && tokens > budget }
+
 const (
 	// questionOverhead stands for the framing the model sees around each
 	// question (its type and separators).
