@@ -81,7 +81,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //				question <id> <threshold>
 //			}
 //			unpinned human|auto
-//			queue <stream> [maxlen <n>]
+//			queue <stream> [maxlen <n>] [include_content]
 //		}
 //	}
 //
@@ -414,16 +414,24 @@ func parseQueue(d *caddyfile.Dispenser) (*route.Queue, error) {
 		return nil, err
 	}
 	q := &route.Queue{Stream: stream}
-	if d.NextArg() {
-		if d.Val() != "maxlen" {
-			return nil, d.Errf("queue takes a stream and an optional maxlen <n>, not %q", d.Val())
+	for d.NextArg() {
+		switch d.Val() {
+		case "maxlen":
+			if q.MaxLen != 0 {
+				return nil, d.Err("duplicate maxlen")
+			}
+			v, err := resolvedArg(d)
+			if err != nil {
+				return nil, err
+			}
+			if q.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || q.MaxLen < 1 {
+				return nil, d.Errf("maxlen %q is not a whole number >= 1", v)
+			}
+		case "include_content":
+			q.IncludeContent = true
+		default:
+			return nil, d.Errf("queue takes a stream, then maxlen <n> and include_content, not %q", d.Val())
 		}
-		n, err := positiveArg(d)
-		if err != nil {
-			return nil, err
-		}
-		q.MaxLen = *n
-		return q, nil
 	}
 	return q, nil
 }

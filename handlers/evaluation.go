@@ -74,7 +74,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		errors.As(err, &invalid)
 		return x.answer(w, answer{status: http.StatusUnprocessableEntity, reason: rejectInvalidRequest, body: invalid.Body()})
 	}
-	x.req = req
+	x.req, x.body = req, text
 
 	if h.breakers != nil {
 		ticket, open := h.breakers.Allow(req.ModelOrDefault())
@@ -175,8 +175,10 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 	switch status {
 	case http.StatusOK:
 		var resp *evaluation.Response
+		var text []byte
 		if raw != nil {
-			if text, err := decodeBody(header, raw, maxResponseBuffer); err == nil {
+			var err error
+			if text, err = decodeBody(header, raw, maxResponseBuffer); err == nil {
 				resp, _ = evaluation.ParseResponse(text)
 			}
 		}
@@ -189,7 +191,8 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			x.route = &d
 			d.SetHeaders(header)
 			if d.Route == route.RouteHuman {
-				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org})
+				// The queue copies the bodies only with include_content.
+				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.body, Response: text})
 			}
 		}
 	case http.StatusTooManyRequests:
@@ -292,6 +295,7 @@ type exchange struct {
 	start     time.Time
 	org       string
 	req       *evaluation.Request
+	body      []byte // the request body as inspected (decompressed)
 	status    int
 	reject    string
 	forwarded bool

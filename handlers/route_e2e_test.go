@@ -260,3 +260,26 @@ func TestRouteQueue(t *testing.T) {
 		}
 	}
 }
+
+// With include_content, a queue entry carries both bodies.
+func TestRouteQueueIncludeContent(t *testing.T) {
+	sim := unlimitedSimulator(t)
+	rs := redistest.Start(t)
+	block := "\t\tlimits {\n\t\t\tredis " + rs.URL() + "\n\t\t\tstore_timeout 2s\n\t\t}\n" +
+		"\t\troute {\n\t\t\tqueue review:human include_content\n\t\t}\n"
+	sites, url := site(t, sim.Addr(), block)
+	gatewaytest.Load(t, sites)
+	body := stateBody("customer text for review")
+	_, answer := post(t, url, "k", body)
+
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer client.Close()
+	var entries []redis.XMessage
+	for deadline := time.Now().Add(5 * time.Second); len(entries) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		entries, _ = client.XRange(context.Background(), "review:human", "-", "+").Result()
+	}
+	if len(entries) != 1 || entries[0].Values["request"] != body || entries[0].Values["response"] != string(answer) ||
+		entries[0].Values["reason"] != "unpinned_version" {
+		t.Errorf("entries %v", entries)
+	}
+}
