@@ -1,0 +1,106 @@
+package caddyfile
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/systemone/systemone-gateway/handlers"
+)
+
+func parseString(t *testing.T, input string) (*handlers.Handler, error) {
+	t.Helper()
+	h := new(handlers.Handler)
+	return h, Unmarshal(caddyfile.NewTestDispenser(input), h)
+}
+
+func TestUnmarshal(t *testing.T) {
+	t.Setenv("SYSTEMONE_TEST_RPM", "42")
+	h, err := parseString(t, `systemone {
+		max_body 2MiB
+		limits {
+			requests_per_minute {env.SYSTEMONE_TEST_RPM}
+			tokens_per_second 0
+			org acme {
+				token_burst 10
+			}
+			store_timeout 20ms
+		}
+		breaker {
+			failures 2
+		}
+		route {
+			pin v1 {
+				noul 0.7
+				question "a b" 1
+			}
+			queue s
+		}
+	}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.MaxBody != 2<<20 {
+		t.Errorf("max_body %d", h.MaxBody)
+	}
+	l := h.Limits
+	if *l.RequestsPerMinute != 42 || *l.TokensPerSecond != 0 || l.TokenBurst != nil || *l.Orgs["acme"].TokenBurst != 10 ||
+		time.Duration(l.StoreTimeout) != 20*time.Millisecond {
+		t.Errorf("limits %+v", l)
+	}
+	if h.Breaker.Failures != 2 || h.Breaker.OpenFor != 0 || h.Guardrails != nil {
+		t.Errorf("breaker %+v guardrails %+v", h.Breaker, h.Guardrails)
+	}
+	p := h.Route.Pins[0]
+	if p.Version != "v1" || *p.Noul != 0.7 || p.Choice != nil || p.Questions["a b"] != 1 || h.Route.Queue.Stream != "s" || h.Route.Queue.MaxLen != 0 {
+		t.Errorf("route %+v", h.Route)
+	}
+
+	// Secrets keep their placeholders until provisioning.
+	h, err = parseString(t, "systemone {\n guardrails http://g {\n api_key {env.SECRET}\n }\n}")
+	if err != nil || h.Guardrails.APIKey != "{env.SECRET}" || h.Guardrails.URL != "http://g" {
+		t.Errorf("guardrails %+v %v", h.Guardrails, err)
+	}
+	// A bare directive turns every policy off.
+	h, err = parseString(t, "systemone")
+	if err != nil || h.Limits != nil || h.Guardrails != nil || h.Breaker != nil || h.Route != nil {
+		t.Errorf("bare directive: %+v %v", h, err)
+	}
+	// A bare block turns its policy on with defaults.
+	h, err = parseString(t, "systemone {\n limits\n breaker\n}")
+	if err != nil || h.Limits == nil || h.Breaker == nil {
+		t.Errorf("bare blocks: %+v %v", h, err)
+	}
+}
+
+func TestUnmarshalErrors(t *testing.T) {
+	for input, want := range map[string]string{
+		"systemone extra":                                   "wrong argument count",
+		"systemone {\n max_body\n}":                         "wrong argument count",
+		"systemone {\n max_body 0\n}":                       "positive size",
+		"systemone {\n limits {\n org a\n }\n}":             "overrides nothing",
+		"systemone {\n limits {\n org a {\n x 1\n }\n }\n}": "unknown org subdirective",
+		"systemone {\n limits {\n org a {\n token_burst 1\n }\n org a {\n token_burst 2\n }\n }\n}": "duplicate org",
+		"systemone {\n limits {\n redis\n }\n}":                                                     "wrong argument count",
+		"systemone {\n guardrails\n}":                                                               "base URL",
+		"systemone {\n guardrails http://g {\n api_key k\n block high\n review high\n }\n}":         "both block and review",
+		"systemone {\n guardrails http://g {\n api_key k\n block_category nudity\n }\n}":            "not one of",
+		"systemone {\n guardrails http://g {\n api_key k\n mode fast\n }\n}":                        "not one of",
+		"systemone {\n breaker {\n failures 0\n }\n}":                                               "from 1 to",
+		"systemone {\n route {\n pin v {\n question q\n }\n }\n}":                                   "wrong argument count",
+		"systemone {\n route {\n pin v {\n question q 0.5\n question q 0.6\n }\n }\n}":              "two thresholds",
+		"systemone {\n route {\n unpinned maybe\n }\n}":                                             "not one of",
+		"systemone {\n route {\n queue s maxlen 5 flush\n }\n}":                                     "include_content",
+		"systemone {\n route {\n pin v {\n choice -0.1\n }\n }\n}":                                  "from 0 to 1",
+	} {
+		_, err := parseString(t, input)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", input, err, want)
+		}
+		if err != nil && !strings.Contains(err.Error(), "Testfile:") {
+			t.Errorf("%q: error %v lacks file:line", input, err)
+		}
+	}
+}
