@@ -112,7 +112,10 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 // back. With a parallel guardrails check, the answer is held until the
 // verdict is in, and dropped if the verdict refuses the request.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange, body *requestBody, verdict <-chan guardrails.Verdict) error {
-	before := w.Header().Clone() // restored if the upstream's answer is dropped
+	var before http.Header // what to restore if the verdict drops the upstream's answer
+	if verdict != nil && x.verdict == nil {
+		before = w.Header().Clone()
+	}
 	var refusal *answer
 	commit := func(status int, raw []byte) bool {
 		if x.verdict == nil && verdict != nil {
@@ -133,7 +136,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	r.Body = body
 	x.forwarded = true
 	started := h.now()
-	err := next.ServeHTTP(rec, r)
+	err := rec.serve(next, r)
 	sent := rec.finish()
 	x.upstream = h.now().Sub(started)
 
@@ -151,8 +154,12 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 			refusal = &a
 		}
 	}
-	if refusal != nil {
+	if !sent {
+		// None of the upstream's response reached the client: nor do the
+		// headers it left behind (a response that broke off mid-body).
 		replaceHeader(w.Header(), before)
+	}
+	if refusal != nil {
 		x.status = 0
 		return x.answer(w, *refusal)
 	}
