@@ -1,6 +1,7 @@
 package evaluation
 
 import (
+	"encoding/binary"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -185,8 +186,15 @@ func (s *scanner) str() (escaped bool) {
 	b := s.b
 	start := s.pos
 	i := s.pos + 1
+	// CJK text is counted in locals: the loop below runs once per character.
+	cjkRunes, cjkBytes := s.cjkRunes, s.cjkBytes
+	defer func() { s.cjkRunes, s.cjkBytes = cjkRunes, cjkBytes }()
 	for {
-		// The hot loop: plain ASCII text.
+		// The hot loop: plain ASCII text, eight bytes at a time, then
+		// byte by byte up to the first byte that needs a closer look.
+		for i+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		for i < len(b) && b[i] >= 0x20 && b[i] < 0x80 && b[i] != '"' && b[i] != '\\' {
 			i++
 		}
@@ -225,6 +233,18 @@ func (s *scanner) str() (escaped bool) {
 			s.fail(i, "Invalid control character at")
 			s.pos = len(b)
 			return escaped
+		case isPlain3(b, i):
+			// A run of three-byte characters, as CJK text is.
+			for {
+				if r := rune(b[i]&0x0F)<<12 | rune(b[i+1]&0x3F)<<6 | rune(b[i+2]&0x3F); isCJK(r) {
+					cjkRunes++
+					cjkBytes += 3
+				}
+				i += 3
+				if !isPlain3(b, i) {
+					break
+				}
+			}
 		default:
 			r, size := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && size <= 1 {
@@ -236,12 +256,44 @@ func (s *scanner) str() (escaped bool) {
 				size = 3
 			}
 			if isCJK(r) {
-				s.cjkRunes++
-				s.cjkBytes += int64(size)
+				cjkRunes++
+				cjkBytes += int64(size)
 			}
 			i += size
 		}
 	}
+}
+
+// isPlain3 reports whether b[i:] starts with a three-byte character that is
+// valid whatever its continuation bytes hold: lead bytes E1..EC and EE..EF
+// (U+1000..U+CFFF, U+E000..U+FFFF), where no encoding is overlong or a
+// surrogate. That covers the CJK blocks, kana, Hangul and full-width
+// punctuation, decoded without utf8.DecodeRune's general checks.
+func isPlain3(b []byte, i int) bool {
+	if i+2 >= len(b) {
+		return false
+	}
+	c := b[i]
+	return (c >= 0xE1 && c <= 0xEC || c >= 0xEE && c <= 0xEF) && b[i+1]&0xC0 == 0x80 && b[i+2]&0xC0 == 0x80
+}
+
+// Masks for special8.
+const (
+	lowBits  = 0x0101010101010101
+	highBits = 0x8080808080808080
+)
+
+// special8 reports whether any of the eight bytes in v (read little-endian
+// from the body) ends a run of plain ASCII string text: a control byte, a
+// byte of a multi-byte character, '"' or '\\'. Each test is exact: a byte
+// is flagged only when some byte in v has the property.
+func special8(v uint64) bool {
+	quote := v ^ (lowBits * '"')
+	backslash := v ^ (lowBits * '\\')
+	control := (v - lowBits*0x20) & ^v          // a byte below 0x20
+	zeroQ := (quote - lowBits) & ^quote         // a byte equal to '"'
+	zeroB := (backslash - lowBits) & ^backslash // a byte equal to '\\'
+	return (v|control|zeroQ|zeroB)&highBits != 0
 }
 
 // isEncodedSurrogate reports a UTF-8 encoded UTF-16 surrogate (ED A0..BF xx),
@@ -439,4 +491,14 @@ func isCJK(r rune) bool {
 		return true
 	}
 	return false
+}
+
+// Valid reports whether b is one JSON value as the upstream's decoder reads
+// JSON: RFC 8259 plus NaN, Infinity and -Infinity, UTF-8 (encoded
+// surrogates included), nesting at most 1,000 deep.
+func Valid(b []byte) bool {
+	s := scanner{b: b}
+	s.value(nil)
+	s.skipSpace()
+	return s.err == nil && s.pos == len(b)
 }

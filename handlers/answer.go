@@ -67,20 +67,36 @@ func detailBody(sentence string) []byte {
 	return []byte(`{"detail":` + string(quoted) + `}`)
 }
 
-// gatewayHeaderPrefixes are the gateway's own header namespaces, in
-// canonical form (X-RateLimit-* canonicalizes to X-Ratelimit-*).
-var gatewayHeaderPrefixes = []string{"X-Gateway-", "X-Route-", "X-Guardrails-", "X-Ratelimit-"}
+// Header namespaces the gateway owns, in canonical form (X-RateLimit-*
+// canonicalizes to X-Ratelimit-*).
+const (
+	prefixGateway    = "X-Gateway-"
+	prefixRoute      = "X-Route"
+	prefixGuardrails = "X-Guardrails-"
+	prefixRateLimit  = "X-Ratelimit-"
+)
 
-// dropGatewayHeaders removes headers in the gateway's own namespaces (from
-// the upstream or anyone else), so none passes as the gateway's.
-func dropGatewayHeaders(h http.Header) {
-	delete(h, "X-Route")
+// allGatewayPrefixes are every namespace: an answer of the gateway's own
+// carries only the gateway's headers in them.
+var allGatewayPrefixes = []string{prefixGateway, prefixRoute, prefixGuardrails, prefixRateLimit}
+
+// dropHeaders removes the headers (from the upstream or anyone else) in the
+// given namespaces, so none passes as the gateway's.
+func dropHeaders(h http.Header, prefixes []string) {
 	for name := range h {
-		for _, prefix := range gatewayHeaderPrefixes {
-			if strings.HasPrefix(name, prefix) {
-				delete(h, name)
-				break
-			}
+		if inNamespaces(name, prefixes) {
+			delete(h, name)
 		}
 	}
+}
+
+// inNamespaces reports whether the canonical header name is in one of the
+// namespaces (X-Route itself is in X-Route*, X-Router is not).
+func inNamespaces(name string, prefixes []string) bool {
+	for _, prefix := range prefixes {
+		if strings.HasPrefix(name, prefix) && (prefix != prefixRoute || name == prefixRoute || name[len(prefix)] == '-') {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,21 +35,24 @@ func TestBreakerOpensOnOverload(t *testing.T) {
 	if n := sim.Calls(); n != 3 {
 		t.Fatalf("%d upstream calls before the breaker opened, want 3", n)
 	}
-	remainingBefore := ""
+	// The open breaker's answers carry the rate-limit headers, read
+	// without charging: the remaining count never drops.
+	lastRemaining := -1
 	for i := 0; i < 20; i++ {
 		resp, body := post(t, url, "k", modelBody("service-1.0.0"))
 		if resp.StatusCode != 529 || resp.Header.Get("X-Gateway-Reject") != "breaker_open" || string(body) != `{"detail":"overloaded"}` {
 			t.Fatalf("open breaker answered %d %q %s", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"), body)
 		}
-		if ra := resp.Header.Get("Retry-After"); ra != "60" && ra != "59" {
-			t.Errorf("retry-after %q, want the seconds until half-open (60)", ra)
+		// The seconds until half-open: 60 at first, counting down as the
+		// test runs (slowly, on a loaded machine).
+		if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); ra < 50 || ra > 60 {
+			t.Errorf("retry-after %d, want the seconds until half-open (60, counting down)", ra)
 		}
-		if resp.Header.Get("X-Ratelimit-Remaining-Requests") != "" {
-			remainingBefore = "set"
+		remaining, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Remaining-Requests"))
+		if err != nil || remaining < lastRemaining {
+			t.Errorf("remaining requests %q after %d, want a count that never drops", resp.Header.Get("X-RateLimit-Remaining-Requests"), lastRemaining)
 		}
-	}
-	if remainingBefore != "" {
-		t.Error("an open breaker touched the rate limiter")
+		lastRemaining = remaining
 	}
 	if n := sim.Calls(); n != 3 {
 		t.Errorf("%d upstream calls, want none while open", n-3)

@@ -326,3 +326,44 @@ func TestGzipRequestBody(t *testing.T) {
 		t.Errorf("%d upstream calls, want 1", n)
 	}
 }
+
+// Headers in a namespace whose policy is off are the upstream's and pass
+// unchanged; X-Gateway-* is always the gateway's alone.
+func TestUpstreamHeadersOfPoliciesOff(t *testing.T) {
+	up := gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Route", "upstream-route")
+		w.Header().Set("X-Routing-Hint", "kept")
+		w.Header().Set("X-Guardrails-Risk", "upstream")
+		w.Header().Set("X-RateLimit-Limit-Requests", "7")
+		w.Header().Set("X-Gateway-Reject", "forged")
+		_, _ = w.Write([]byte(`{"model":"service-1.0.0","answers":{"late":{"type":"noul","noul":0.9}},"usage":{"input_tokens":5}}`))
+	}))
+	sites, url := site(t, up.Addr(), "\t\troute\n")
+	gatewaytest.Load(t, sites)
+	resp, _ := post(t, url, "k", smallBody)
+	if resp.Header.Get("X-Guardrails-Risk") != "upstream" || resp.Header.Get("X-RateLimit-Limit-Requests") != "7" || resp.Header.Get("X-Routing-Hint") != "kept" {
+		t.Errorf("upstream headers of policies that are off were changed: %v", resp.Header)
+	}
+	if resp.Header.Get("X-Gateway-Reject") != "" || resp.Header.Get("X-Route") != "human" || len(resp.Header.Values("X-Route")) != 1 {
+		t.Errorf("gateway namespaces: %v", resp.Header)
+	}
+}
+
+// Path variants of the evaluation endpoint get the evaluation's checks.
+func TestEvaluationPathVariants(t *testing.T) {
+	sim := newSimulator(t, simulator.Handler{})
+	sites, url := site(t, sim.Addr(), "")
+	gatewaytest.Load(t, sites)
+	for _, p := range []string{"/v1/systemone/", "/v1/./systemone", "/x/../v1/systemone", "/prefix/v1/systemone"} {
+		req, _ := http.NewRequest("POST", url+p, strings.NewReader(`{"state":"s"}`))
+		req.Header.Set("Authorization", "Bearer k")
+		req.URL.Opaque = p // sent as written, not cleaned by the client
+		resp, _ := do(t, req)
+		if resp.StatusCode != 422 || resp.Header.Get("X-Gateway-Reject") != "invalid_request" {
+			t.Errorf("%s: %d %q, want the edge's 422", p, resp.StatusCode, resp.Header.Get("X-Gateway-Reject"))
+		}
+	}
+	if n := sim.Calls(); n != 0 {
+		t.Errorf("%d invalid requests reached the upstream", n)
+	}
+}

@@ -44,16 +44,18 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	if err != nil {
 		buffers.Put(buf)
 		if errors.Is(err, errTooLarge) {
-			return x.answer(w, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
+			return h.refuseEarly(r.Context(), w, x, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
 		}
 		x.status = http.StatusBadRequest
 		return caddyhttp.Error(http.StatusBadRequest, err) // the client went away mid-body
 	}
 	upstreamBody := &requestBody{Reader: bytes.NewReader(body)}
 	defer func() {
-		// The transport may still read the body after next returns; the
-		// buffer is reused only once it has closed it, or never got it.
-		if !x.forwarded || upstreamBody.closed.Load() {
+		// The transport may still read the body after next returns, and a
+		// parallel guardrails check the state in it: the buffer is reused
+		// only once the transport has closed it (or never got it) and no
+		// check is left running (next may have panicked before its verdict).
+		if (!x.forwarded || upstreamBody.closed.Load()) && !x.checking {
 			buffers.Put(buf)
 		}
 	}()
@@ -64,7 +66,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	text, err := decodeBody(r.Header, body, h.MaxBody)
 	switch {
 	case errors.Is(err, errTooLarge):
-		return x.answer(w, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
+		return h.refuseEarly(r.Context(), w, x, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
 	case err != nil:
 		text = body
 	}
@@ -72,7 +74,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	if err != nil {
 		var invalid *evaluation.ValidationError
 		errors.As(err, &invalid)
-		return x.answer(w, answer{status: http.StatusUnprocessableEntity, reason: rejectInvalidRequest, body: invalid.Body()})
+		return h.refuseEarly(r.Context(), w, x, answer{status: http.StatusUnprocessableEntity, reason: rejectInvalidRequest, body: invalid.Body()})
 	}
 	x.req, x.body = req, text
 
@@ -80,7 +82,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		ticket, open := h.breakers.Allow(req.ModelOrDefault())
 		if open != nil {
 			x.breakerState = open.State
-			return x.answer(w, answer{status: 529, reason: rejectBreakerOpen, body: []byte(bodyOverloaded), retryAfter: open.RetryAfter})
+			return h.refuseEarly(r.Context(), w, x, answer{status: 529, reason: rejectBreakerOpen, body: []byte(bodyOverloaded), retryAfter: open.RetryAfter})
 		}
 		x.ticket = ticket
 		defer ticket.Cancel() // a request that ends before the upstream answers counts for nothing
@@ -98,6 +100,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	var verdict <-chan guardrails.Verdict
 	if h.guardrails != nil {
 		verdict = h.checkGuardrails(r.Context(), req.State)
+		x.checking = h.guardrails.Parallel()
 		if !h.guardrails.Parallel() {
 			if a, refused := x.takeVerdict(verdict); refused {
 				return x.answer(w, a)
@@ -112,10 +115,9 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 // back. With a parallel guardrails check, the answer is held until the
 // verdict is in, and dropped if the verdict refuses the request.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange, body *requestBody, verdict <-chan guardrails.Verdict) error {
-	var before http.Header // what to restore if the verdict drops the upstream's answer
-	if verdict != nil && x.verdict == nil {
-		before = w.Header().Clone()
-	}
+	// What to restore if none of the upstream's response reaches the client
+	// (a parallel verdict refused it, or it broke off before the commit).
+	before := w.Header().Clone()
 	var refusal *answer
 	commit := func(status int, raw []byte) bool {
 		if x.verdict == nil && verdict != nil {
@@ -131,13 +133,16 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	respBuf := buffers.Get().(*bytes.Buffer)
 	respBuf.Reset()
 	defer buffers.Put(respBuf)
-	rec := newInterceptor(w, respBuf, maxResponseBuffer, commit)
+	rec := newInterceptor(w, respBuf, maxResponseBuffer, h.ownedPrefixes, commit)
 
 	r.Body = body
 	x.forwarded = true
 	started := h.now()
 	err := rec.serve(next, r)
 	sent := rec.finish()
+	if sent {
+		dropTrailers(w.Header(), h.ownedPrefixes)
+	}
 	x.upstream = h.now().Sub(started)
 
 	x.status = rec.status
@@ -176,7 +181,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
 	x.status = status
 	x.requestID = header.Get("X-Request-Id")
-	dropGatewayHeaders(header)
+	// The upstream's headers pass unchanged, except in the namespaces of
+	// the policies that are on, where only the gateway's may appear.
+	dropHeaders(header, h.ownedPrefixes)
 	x.setHeaders(header)
 
 	switch status {
@@ -208,6 +215,17 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			h.limiter.Hold(x.org, retryAfter(header))
 		}
 	}
+}
+
+// refuseEarly answers before the limiter has admitted the request (413,
+// 422, an open breaker's 529). The rate-limit headers still report the
+// org's buckets, read without charging them.
+func (h *Handler) refuseEarly(ctx context.Context, w http.ResponseWriter, x *exchange, a answer) error {
+	if h.limiter != nil {
+		d := h.limiter.Peek(ctx, x.org)
+		x.limits = &d
+	}
+	return x.answer(w, a)
 }
 
 // checkGuardrails starts the guardrails check; its verdict arrives on the
@@ -307,6 +325,7 @@ type exchange struct {
 	reject    string
 	forwarded bool
 
+	checking     bool // a parallel guardrails check runs, its verdict not taken yet
 	ticket       *breaker.Ticket
 	breakerState string
 	limits       *limits.Decision
@@ -323,7 +342,7 @@ type exchange struct {
 // answer writes the gateway's own answer, with the headers it owes.
 func (x *exchange) answer(w http.ResponseWriter, a answer) error {
 	x.status, x.reject = a.status, a.reason
-	dropGatewayHeaders(w.Header())
+	dropHeaders(w.Header(), allGatewayPrefixes)
 	x.setHeaders(w.Header())
 	a.write(w)
 	return nil
@@ -343,7 +362,7 @@ func (x *exchange) setHeaders(h http.Header) {
 // the request, and with what answer.
 func (x *exchange) takeVerdict(ch <-chan guardrails.Verdict) (answer, bool) {
 	v := <-ch
-	x.verdict = &v
+	x.verdict, x.checking = &v, false
 	switch {
 	case v.Unavailable:
 		return answer{status: http.StatusServiceUnavailable, reason: rejectGuardrailsDown, body: []byte(bodyGuardrailsDown), retryAfter: defaultRetryAfterShort}, true

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -68,9 +69,11 @@ type Handler struct {
 	breakers   *breaker.Set
 	router     *route.Router
 	metrics    *metrics
-	redis      redis.UniversalClient
-	release    func() error
-	now        func() time.Time
+	// ownedPrefixes are the header namespaces of the policies that are on.
+	ownedPrefixes []string
+	redis         redis.UniversalClient
+	release       func() error
+	now           func() time.Time
 }
 
 // CaddyModule returns the Caddy module information.
@@ -99,10 +102,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	keyPrefix := limits.DefaultKeyPrefix
 	if h.Limits != nil {
 		cfg := *h.Limits
 		cfg.Redis = replaceAll(repl, cfg.Redis)
-		cfg.KeyPrefix = repl.ReplaceAll(cfg.KeyPrefix, "")
+		if cfg.KeyPrefix = repl.ReplaceAll(cfg.KeyPrefix, ""); cfg.KeyPrefix != "" {
+			keyPrefix = cfg.KeyPrefix
+		}
+		if len(cfg.Orgs) > 0 {
+			cfg.Orgs = make(map[string]limits.Override, len(h.Limits.Orgs))
+			for org, o := range h.Limits.Orgs {
+				cfg.Orgs[repl.ReplaceAll(org, "")] = o
+			}
+		}
 		if h.limiter, err = limits.New(cfg, h.logger.Named("limits")); err != nil {
 			return fmt.Errorf("limits: %v", err)
 		}
@@ -123,12 +135,25 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		cfg := *h.Guardrails
 		cfg.URL = repl.ReplaceAll(cfg.URL, "")
 		cfg.APIKey = repl.ReplaceAll(cfg.APIKey, "")
-		if h.guardrails, err = guardrails.New(cfg, h.redis, h.keyPrefix(), h.logger.Named("guardrails")); err != nil {
+		cfg.Model = repl.ReplaceAll(cfg.Model, "")
+		if h.guardrails, err = guardrails.New(cfg, h.redis, keyPrefix, h.logger.Named("guardrails")); err != nil {
 			return fmt.Errorf("guardrails: %v", err)
 		}
 	}
 	if h.Route != nil {
 		cfg := *h.Route
+		cfg.Pins = make([]route.Pin, len(h.Route.Pins))
+		for i, pin := range h.Route.Pins {
+			pin.Version = repl.ReplaceAll(pin.Version, "")
+			if len(pin.Questions) > 0 {
+				questions := make(map[string]float64, len(pin.Questions))
+				for id, t := range pin.Questions {
+					questions[repl.ReplaceAll(id, "")] = t
+				}
+				pin.Questions = questions
+			}
+			cfg.Pins[i] = pin
+		}
 		if cfg.Queue != nil {
 			queue := *cfg.Queue
 			queue.Stream = repl.ReplaceAll(queue.Stream, "")
@@ -141,15 +166,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("route: %v", err)
 		}
 	}
-	return nil
-}
-
-// keyPrefix is the Redis key prefix every policy shares.
-func (h *Handler) keyPrefix() string {
-	if h.Limits != nil && h.Limits.KeyPrefix != "" {
-		return h.Limits.KeyPrefix
+	h.ownedPrefixes = []string{prefixGateway}
+	if h.router != nil {
+		h.ownedPrefixes = append(h.ownedPrefixes, prefixRoute)
 	}
-	return limits.DefaultKeyPrefix
+	if h.guardrails != nil {
+		h.ownedPrefixes = append(h.ownedPrefixes, prefixGuardrails)
+	}
+	if h.limiter != nil {
+		h.ownedPrefixes = append(h.ownedPrefixes, prefixRateLimit)
+	}
+	return nil
 }
 
 func replaceAll(repl *caddy.Replacer, values []string) []string {
@@ -209,12 +236,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 	}
-	return next.ServeHTTP(w, r)
+	g := &headerGuard{ResponseWriter: w, owned: h.ownedPrefixes}
+	err := next.ServeHTTP(g, r)
+	g.done()
+	return err
 }
 
-// isEvaluation reports a POST to .../v1/systemone.
+// isEvaluation reports a POST to .../v1/systemone. The path is cleaned
+// first, so that a trailing slash or a dot segment cannot carry an
+// evaluation past the checks to an upstream that normalizes paths.
 func isEvaluation(r *http.Request) bool {
-	return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/v1/systemone")
+	return r.Method == http.MethodPost && strings.HasSuffix(path.Clean(r.URL.Path), "/v1/systemone")
 }
 
 // buffers recycles request and response buffers across requests.

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // commitFunc is called once, just before the first byte of the upstream's
@@ -27,6 +29,7 @@ type commitFunc func(status int, body []byte) (keep bool)
 type interceptor struct {
 	w      http.ResponseWriter
 	limit  int
+	owned  []string // header namespaces no informational response may carry
 	commit commitFunc
 	buf    *bytes.Buffer
 
@@ -36,8 +39,34 @@ type interceptor struct {
 	discard     bool // commit said to drop the upstream's response
 }
 
-func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, commit commitFunc) *interceptor {
-	return &interceptor{w: w, buf: buf, limit: limit, commit: commit}
+func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, owned []string, commit commitFunc) *interceptor {
+	return &interceptor{w: w, buf: buf, limit: limit, owned: owned, commit: commit}
+}
+
+// errIncompleteResponse is an upstream response that broke off before its
+// end while the gateway still held all of it back.
+var errIncompleteResponse = errors.New("upstream response broke off before its end")
+
+// serve runs next with the interceptor as its response writer.
+// reverse_proxy aborts (panics with http.ErrAbortHandler) when the upstream's
+// body breaks off after its header. While nothing has reached the client,
+// the interceptor forgets that response and serve returns a 502 for Caddy to
+// answer, as for an upstream that failed before answering; the client gets
+// a whole answer instead of a dropped connection. Once the client has part
+// of the response, the abort goes on: the connection must break so that the
+// client sees the response is incomplete.
+func (i *interceptor) serve(next caddyhttp.Handler, r *http.Request) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler || i.committed {
+				panic(v)
+			}
+			i.status, i.wroteHeader = 0, false
+			i.buf.Reset()
+			err = caddyhttp.Error(http.StatusBadGateway, errIncompleteResponse)
+		}
+	}()
+	return next.ServeHTTP(i, r)
 }
 
 // Header returns the real response's header map: the upstream's headers
@@ -49,8 +78,10 @@ func (i *interceptor) WriteHeader(status int) {
 		return
 	}
 	if status >= 100 && status < 200 {
-		// Informational responses (103 Early Hints) pass through at once.
+		// Informational responses (103 Early Hints) pass through at once,
+		// without the upstream's headers in the gateway's namespaces.
 		if !i.committed {
+			dropHeaders(i.w.Header(), i.owned)
 			i.w.WriteHeader(status)
 		}
 		return
@@ -93,6 +124,7 @@ func (i *interceptor) flushOut(body []byte) {
 		return
 	}
 	i.committed = true
+	dropTrailers(i.w.Header(), i.owned)
 	i.w.WriteHeader(i.status)
 	if i.buf.Len() > 0 {
 		_, _ = i.w.Write(i.buf.Bytes())
@@ -122,6 +154,86 @@ func (i *interceptor) FlushError() error {
 
 // Unwrap lets http.ResponseController reach the connection's deadlines.
 func (i *interceptor) Unwrap() http.ResponseWriter { return i.w }
+
+// dropTrailers removes the trailers in the given namespaces. Once the
+// handler returns, net/http sends as trailers the names the header declared
+// in Trailer when it was written, and the keys prefixed with
+// http.TrailerPrefix, with their values in the header map then: the
+// declaration is cleaned before the header is written, the prefixed keys
+// again once the response is done.
+func dropTrailers(h http.Header, prefixes []string) {
+	if declared, ok := h["Trailer"]; ok {
+		var keep []string
+		dropped := false
+		for _, v := range declared {
+			for name := range strings.SplitSeq(v, ",") {
+				if name = strings.TrimSpace(name); name != "" && inNamespaces(http.CanonicalHeaderKey(name), prefixes) {
+					dropped = true
+				} else if name != "" {
+					keep = append(keep, name)
+				}
+			}
+		}
+		switch {
+		case !dropped:
+		case len(keep) == 0:
+			delete(h, "Trailer")
+		default:
+			h["Trailer"] = []string{strings.Join(keep, ", ")}
+		}
+	}
+	for name := range h {
+		if t, ok := strings.CutPrefix(name, http.TrailerPrefix); ok && inNamespaces(http.CanonicalHeaderKey(t), prefixes) {
+			delete(h, name)
+		}
+	}
+}
+
+// headerGuard is the response writer for requests other than evaluations,
+// whose responses the gateway does not read: it removes the upstream's
+// headers in the gateway's namespaces as the header is written (interim
+// responses too), and its trailers in them when done.
+type headerGuard struct {
+	http.ResponseWriter
+	owned []string
+	wrote bool // the final header is written
+}
+
+func (g *headerGuard) WriteHeader(status int) {
+	if !g.wrote {
+		dropHeaders(g.Header(), g.owned)
+		dropTrailers(g.Header(), g.owned)
+		g.wrote = status >= 200
+	}
+	g.ResponseWriter.WriteHeader(status)
+}
+
+func (g *headerGuard) Write(p []byte) (int, error) {
+	if !g.wrote {
+		g.WriteHeader(http.StatusOK)
+	}
+	return g.ResponseWriter.Write(p)
+}
+
+// FlushError writes the header through the guard first, as a flush before
+// the header would write it.
+func (g *headerGuard) FlushError() error {
+	if !g.wrote {
+		g.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(g.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines,
+// Hijack for upgrades).
+func (g *headerGuard) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// done removes the trailers in the gateway's namespaces once next returned.
+func (g *headerGuard) done() {
+	if g.wrote {
+		dropTrailers(g.Header(), g.owned)
+	}
+}
 
 // errUndecodable is a body in a content coding the gateway cannot read.
 var errUndecodable = errors.New("body in an unreadable content coding")

@@ -281,3 +281,22 @@ func TestEstimatorError(t *testing.T) {
 		}
 	}
 }
+
+// Answers given before admission (413, 422) carry the rate-limit headers,
+// read without charging; a 401 has no org, so no buckets to report.
+func TestEarlyAnswersCarryRateLimitHeaders(t *testing.T) {
+	sim := unlimitedSimulator(t)
+	sites, url := site(t, sim.Addr(), "\t\tmax_body 1KiB\n\t\tlimits {\n\t\t\trequests_per_minute 10\n\t\t}\n")
+	gatewaytest.Load(t, sites)
+	post(t, url, "k", smallBody)
+	for name, body := range map[string]string{"422": `{"state":"s"}`, "413": `{"state":"` + strings.Repeat("x", 2048) + `"}`} {
+		resp, _ := post(t, url, "k", body)
+		if resp.Header.Get("X-RateLimit-Limit-Requests") != "10" || resp.Header.Get("X-RateLimit-Remaining-Requests") != "9" ||
+			resp.Header.Get("X-RateLimit-Limit-Tokens") != "64000" {
+			t.Errorf("%s: rate-limit headers %v", name, resp.Header)
+		}
+	}
+	if resp, _ := post(t, url, "", smallBody); resp.Header.Get("X-RateLimit-Limit-Requests") != "" {
+		t.Error("401 carries rate-limit headers")
+	}
+}

@@ -110,12 +110,11 @@ func (m *metrics) observe(x *exchange, org string, breakerState string) {
 	if v := x.verdict; v != nil {
 		m.guardrails.WithLabelValues(v.Risk, v.Action, org).Inc()
 	}
-	if d := x.limits; d != nil && !d.Allowed {
-		bucket := d.Bucket
-		if d.Unavailable {
-			bucket = "unavailable"
-		}
-		m.limitRejections.WithLabelValues(bucket, org).Inc()
+	switch x.reject {
+	case rejectRateLimited:
+		m.limitRejections.WithLabelValues(x.limits.Bucket, org).Inc()
+	case rejectLimiterDown:
+		m.limitRejections.WithLabelValues("unavailable", org).Inc()
 	}
 	if state, ok := breakerGauge[breakerState]; ok && x.req != nil {
 		m.breakerState.WithLabelValues(x.req.ModelOrDefault()).Set(state)

@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"hash"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -30,43 +30,6 @@ type question struct {
 	criteria     json.RawMessage
 	options      []string          // choice: option keys
 	tiers        []json.RawMessage // score: tier descriptions
-}
-
-// member is one member of a JSON object.
-type member struct {
-	key   string
-	value json.RawMessage
-}
-
-var errNotObject = errors.New("not a JSON object")
-
-// members returns a JSON object's members in order. A repeated key keeps its
-// first position and its last value, as Python's json does.
-func members(raw json.RawMessage) ([]member, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errNotObject
-	}
-	var ms []member
-	index := make(map[string]int)
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := tok.(string) // object keys are always strings
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return nil, err
-		}
-		if i, ok := index[key]; ok {
-			ms[i].value = value
-			continue
-		}
-		index[key] = len(ms)
-		ms = append(ms, member{key, value})
-	}
-	return ms, nil
 }
 
 func lookup(ms []member, key string) json.RawMessage {
@@ -173,8 +136,9 @@ next:
 // question whose id is in confidences gets that noul or confidence.
 func (e *evalRequest) answers(version string, confidences map[string]json.Number) json.RawMessage {
 	var out object
+	seeds := newSeeder(version, e.state)
 	for _, q := range e.questions {
-		rng := questionRand(version, e.state, q)
+		rng := seeds.rand(q)
 		target, targeted := confidences[q.id]
 		switch q.typ {
 		case evaluation.TypeNoul:
@@ -188,18 +152,38 @@ func (e *evalRequest) answers(version string, confidences map[string]json.Number
 	return out.bytes()
 }
 
-// questionRand seeds an answer from everything that defines it, so the same
-// question over the same state and version always gets the same answer.
-func questionRand(version string, state []byte, q question) *rand.Rand {
+// seeder seeds each answer from everything that defines it, so the same
+// question over the same state and version always gets the same answer: the
+// SHA-256 of the version, the state, the question id and the question's
+// JSON, each length-prefixed. The version and the state are hashed once per
+// request; each question continues from a copy of that state.
+type seeder struct {
+	prefix hash.Hash
+}
+
+func newSeeder(version string, state []byte) seeder {
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(version), state, []byte(q.id), q.raw} {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write(part)
+	writePart(h, []byte(version))
+	writePart(h, state)
+	return seeder{prefix: h}
+}
+
+func (s seeder) rand(q question) *rand.Rand {
+	h, err := s.prefix.(hash.Cloner).Clone()
+	if err != nil {
+		panic(err) // SHA-256 always clones
 	}
+	writePart(h, []byte(q.id))
+	writePart(h, q.raw)
 	sum := h.Sum(nil)
 	return rand.New(rand.NewPCG(binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])))
+}
+
+func writePart(h hash.Hash, part []byte) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+	h.Write(n[:])
+	h.Write(part)
 }
 
 // clampTarget reads a requested value: the value limited to 0..1, and whether

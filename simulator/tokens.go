@@ -1,8 +1,6 @@
 package simulator
 
 import (
-	"bytes"
-	"encoding/json"
 	"unicode"
 	"unicode/utf8"
 )
@@ -51,48 +49,44 @@ func (e *evalRequest) usage() usage {
 	return u
 }
 
-// countTokens counts the tokens of a JSON value: the text of every string,
-// object key (so choice option keys count), number and boolean, read by
-// textTokens. Structure and null are free, so "instructions": null costs
-// nothing.
-func countTokens(value json.RawMessage) int64 {
-	if len(value) == 0 {
-		return 0
-	}
-	dec := json.NewDecoder(bytes.NewReader(value))
-	dec.UseNumber()
-	var n int64
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return n // io.EOF; the value was validated before
-		}
-		switch v := tok.(type) {
-		case string:
-			n += textTokens(v)
-		case json.Number:
-			n += textTokens(v.String())
-		case bool:
-			n++
-		}
-	}
-}
-
 // textTokens is the simulated tokenizer: each run of ASCII letters and digits
 // is ceil(len/4) tokens, every other character that is not white space (CJK
 // characters and punctuation included) is one token.
 func textTokens(s string) int64 {
-	var n, run int64
+	var t tokenizer
 	for _, r := range s {
-		if r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			run++
-			continue
-		}
-		n += (run + 3) / 4
-		run = 0
-		if !unicode.IsSpace(r) {
-			n++
-		}
+		t.add(r)
 	}
-	return n + (run+3)/4
+	return t.done()
 }
+
+// tokenizer counts tokens as textTokens does, one character at a time.
+type tokenizer struct {
+	n, run int64
+}
+
+func (t *tokenizer) addASCII(c byte) {
+	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+		t.run++
+		return
+	}
+	t.n += (t.run + 3) / 4
+	t.run = 0
+	if !unicode.IsSpace(rune(c)) {
+		t.n++
+	}
+}
+
+func (t *tokenizer) add(r rune) {
+	if r < utf8.RuneSelf {
+		t.addASCII(byte(r))
+		return
+	}
+	t.n += (t.run + 3) / 4
+	t.run = 0
+	if !unicode.IsSpace(r) {
+		t.n++
+	}
+}
+
+func (t *tokenizer) done() int64 { return t.n + (t.run+3)/4 }

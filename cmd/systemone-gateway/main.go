@@ -7,7 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
+	"strings"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 
@@ -31,17 +31,23 @@ func useDefaultConfig() error {
 		return nil
 	}
 	for _, arg := range os.Args[2:] {
-		if arg == "--config" || arg == "-config" || len(arg) > 9 && (arg[:9] == "--config=" || arg[:8] == "-config=") {
-			return nil
+		name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if strings.HasPrefix(arg, "-") && (name == "c" || name == "config" || name == "resume") {
+			return nil // the operator chose a config
 		}
 	}
 	if _, err := os.Stat("Caddyfile"); err == nil {
 		return nil
 	}
-	path := filepath.Join(os.TempDir(), "systemone-gateway.Caddyfile")
-	if err := os.WriteFile(path, systemone.DefaultCaddyfile, 0o644); err != nil {
+	// A fresh, private file: never one another user could have planted.
+	f, err := os.CreateTemp("", "systemone-gateway-*.Caddyfile")
+	if err != nil {
 		return fmt.Errorf("writing the embedded Caddyfile: %v", err)
 	}
-	os.Args = append(os.Args, "--config", path, "--adapter", "caddyfile")
+	defer f.Close()
+	if _, err := f.Write(systemone.DefaultCaddyfile); err != nil {
+		return fmt.Errorf("writing the embedded Caddyfile: %v", err)
+	}
+	os.Args = append(os.Args, "--config", f.Name(), "--adapter", "caddyfile")
 	return nil
 }

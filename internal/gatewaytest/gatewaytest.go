@@ -31,13 +31,14 @@ import (
 
 // Gateway is a loaded Caddy config.
 type Gateway struct {
-	t       testing.TB
-	logPath string
+	logFile
+	options string
 }
 
 // globals keeps the in-process server quiet and self-contained: no admin
 // endpoint, no config written to disk, no HTTPS, and the systemone logger
-// written as JSON to a file the test reads.
+// written as JSON to a file the test reads. The second verb takes more
+// global options.
 const globals = `{
 	admin off
 	persist_config off
@@ -51,6 +52,7 @@ const globals = `{
 		format json
 		include http.handlers.systemone
 	}
+%s
 }
 `
 
@@ -60,41 +62,62 @@ const globals = `{
 // parallel. The server stops when the test ends.
 func Load(t testing.TB, sites string) *Gateway {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "systemone.log")
-	return loadWithLog(t, sites, logPath)
+	return LoadOptions(t, "", sites)
+}
+
+// LoadOptions is Load with more global options, such as a `servers` block
+// or another `log`, written as they would be inside the global block.
+func LoadOptions(t testing.TB, options, sites string) *Gateway {
+	t.Helper()
+	g := &Gateway{logFile: logFile{t: t, path: filepath.Join(t.TempDir(), "systemone.log")}, options: options}
+	if err := caddy.Load(g.adapt(sites), true); err != nil {
+		t.Fatalf("loading the config: %v", err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	return g
 }
 
 // Reload loads a new Caddyfile while the old one serves, as `caddy reload`
-// does; the log keeps going to the same file.
+// does; the global options stay, the log keeps going to the same file.
 func (g *Gateway) Reload(sites string) {
 	g.t.Helper()
-	loadWithLog(g.t, sites, g.logPath)
+	if err := caddy.Load(g.adapt(sites), true); err != nil {
+		g.t.Fatalf("reloading the config: %v", err)
+	}
 }
 
-func loadWithLog(t testing.TB, sites, logPath string) *Gateway {
+// adapt turns sites, under the global options, into JSON config.
+func (g *Gateway) adapt(sites string) []byte {
+	g.t.Helper()
+	return adapt(g.t, fmt.Sprintf(globals, g.path, g.options)+sites)
+}
+
+func adapt(t testing.TB, caddyfileText string) []byte {
 	t.Helper()
 	adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
-	cfg, warnings, err := adapter.Adapt([]byte(fmt.Sprintf(globals, logPath)+sites), map[string]any{"filename": "Caddyfile"})
+	cfg, warnings, err := adapter.Adapt([]byte(caddyfileText), map[string]any{"filename": "Caddyfile"})
 	if err != nil {
-		t.Fatalf("adapting the Caddyfile: %v\n%s", err, sites)
+		t.Fatalf("adapting the Caddyfile: %v\n%s", err, caddyfileText)
 	}
 	for _, w := range warnings {
 		if !strings.Contains(w.Message, "formatted") {
 			t.Logf("caddyfile warning: %s", w.Message)
 		}
 	}
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatalf("loading the config: %v", err)
-	}
-	t.Cleanup(func() { _ = caddy.Stop() })
-	return &Gateway{t: t, logPath: logPath}
+	return cfg
+}
+
+// logFile is the JSON log a gateway writes its systemone entries to.
+type logFile struct {
+	t    testing.TB
+	path string
 }
 
 // Entries returns the gateway's `systemone request` log entries so far.
-func (g *Gateway) Entries() []map[string]any {
-	g.t.Helper()
+func (l logFile) Entries() []map[string]any {
+	l.t.Helper()
 	var out []map[string]any
-	for _, e := range g.Log() {
+	for _, e := range l.Log() {
 		if e["msg"] == "systemone request" {
 			out = append(out, e)
 		}
@@ -103,11 +126,11 @@ func (g *Gateway) Entries() []map[string]any {
 }
 
 // Log returns every entry the systemone loggers wrote so far.
-func (g *Gateway) Log() []map[string]any {
-	g.t.Helper()
-	data, err := os.ReadFile(g.logPath)
+func (l logFile) Log() []map[string]any {
+	l.t.Helper()
+	data, err := os.ReadFile(l.path)
 	if err != nil && !os.IsNotExist(err) {
-		g.t.Fatal(err)
+		l.t.Fatal(err)
 	}
 	var out []map[string]any
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -115,7 +138,7 @@ func (g *Gateway) Log() []map[string]any {
 	for sc.Scan() {
 		var e map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			g.t.Fatalf("log line is not JSON: %v: %s", err, sc.Bytes())
+			l.t.Fatalf("log line is not JSON: %v: %s", err, sc.Bytes())
 		}
 		out = append(out, e)
 	}
@@ -123,8 +146,8 @@ func (g *Gateway) Log() []map[string]any {
 }
 
 // RawLog returns the log file's bytes, for scans for secrets.
-func (g *Gateway) RawLog() []byte {
-	data, _ := os.ReadFile(g.logPath)
+func (l logFile) RawLog() []byte {
+	data, _ := os.ReadFile(l.path)
 	return data
 }
 

@@ -72,7 +72,7 @@ type Set struct {
 
 // New returns a Set with cfg's settings, zero fields taking their defaults.
 // Breakers are created when a model is first asked for. logger receives the
-// state changes (warn on open, info on close, debug on half-open); nil
+// state changes (warn on open, info on close, info on half-open); nil
 // discards them. Call Close when the config is unloaded.
 func New(cfg Config, logger *zap.Logger) (*Set, error) {
 	if cfg.OpenFor < 0 {
@@ -302,7 +302,7 @@ func (b *breaker) stateChanged(_ string, from, to gobreaker.State) {
 			zap.String("from", from.String()),
 			zap.Duration("open_for", b.openFor))
 	case gobreaker.StateHalfOpen:
-		logger.Debug("circuit breaker half-open", zap.String("model", b.model))
+		logger.Info("circuit breaker half-open", zap.String("model", b.model))
 	case gobreaker.StateClosed:
 		logger.Info("circuit breaker closed",
 			zap.String("model", b.model),

@@ -69,8 +69,18 @@ func wantRejection(t *testing.T, s *Set, model, state string, retryAfter time.Du
 	}
 }
 
+// entries are the open and close entries at level; the half-open entry in
+// between is checked on its own (halfOpenLogged).
 func entries(logs *observer.ObservedLogs, level zapcore.Level) []observer.LoggedEntry {
-	return logs.Filter(func(e observer.LoggedEntry) bool { return e.Level == level }).All()
+	return logs.Filter(func(e observer.LoggedEntry) bool {
+		return e.Level == level && e.Message != "circuit breaker half-open"
+	}).All()
+}
+
+func halfOpenLogged(logs *observer.ObservedLogs) int {
+	return logs.Filter(func(e observer.LoggedEntry) bool {
+		return e.Level == zapcore.InfoLevel && e.Message == "circuit breaker half-open"
+	}).Len()
 }
 
 func TestNewDefaultsAndValidation(t *testing.T) {
@@ -260,6 +270,9 @@ func TestHalfOpenAdmitsOnlyHalfOpenProbesUnderConcurrency(t *testing.T) {
 			}
 		}
 
+		if n := halfOpenLogged(logs); n != 1 {
+			t.Errorf("%d half-open info entries, want 1", n)
+		}
 		infos := entries(logs, zapcore.InfoLevel)
 		if len(infos) != 1 || infos[0].Message != "circuit breaker closed" || infos[0].ContextMap()["model"] != "m" {
 			t.Errorf("info entries = %v, want one 'circuit breaker closed' for m", infos)

@@ -93,11 +93,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Cache < 0 {
 		return c, fmt.Errorf("cache %v: must not be negative", time.Duration(c.Cache))
 	}
-	if c.Block == nil {
-		c.Block = []string{RiskHigh}
-	}
-	if c.Review == nil {
-		c.Review = []string{RiskMedium, RiskLow}
+	// A list left to its default gives way to the levels the other list
+	// names: `block medium high` alone must not clash with the default
+	// review of medium. Only two explicit lists can overlap.
+	switch {
+	case c.Block == nil && c.Review == nil:
+		c.Block, c.Review = []string{RiskHigh}, []string{RiskMedium, RiskLow}
+	case c.Block == nil:
+		c.Block = without([]string{RiskHigh}, c.Review)
+	case c.Review == nil:
+		c.Review = without([]string{RiskMedium, RiskLow}, c.Block)
 	}
 	for _, l := range slices.Concat(c.Block, c.Review) {
 		if !slices.Contains(levels, l) {
@@ -129,4 +134,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("mode %q: must be %s or %s", c.Mode, ModeSequential, ModeParallel)
 	}
 	return c, nil
+}
+
+// without returns the levels of defaults that are not in explicit.
+func without(defaults, explicit []string) []string {
+	return slices.DeleteFunc(defaults, func(l string) bool { return slices.Contains(explicit, l) })
 }

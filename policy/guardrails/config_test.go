@@ -50,7 +50,6 @@ func TestConfigInvalid(t *testing.T) {
 		{"bad block level", func(c *Config) { c.Block = []string{"severe"} }, `"severe"`},
 		{"service level", func(c *Config) { c.Review = []string{"高风险"} }, "must be one of none low medium high"},
 		{"level in both", func(c *Config) { c.Block, c.Review = []string{"high", "medium"}, []string{"medium"} }, `"medium" is in both`},
-		{"default review overlaps", func(c *Config) { c.Block = []string{"low"} }, `"low" is in both`},
 		{"bad category", func(c *Config) { c.BlockCategory = []string{"色情"} }, "block_category"},
 		{"bad on_error", func(c *Config) { c.OnError = "deny" }, "on_error"},
 		{"bad mode", func(c *Config) { c.Mode = "async" }, "mode"},
@@ -64,6 +63,23 @@ func TestConfigInvalid(t *testing.T) {
 				t.Errorf("err %v, want one saying %s", err, tt.err)
 			}
 		})
+	}
+	// One list given alone: the other's default gives way to it.
+	for _, tc := range []struct {
+		block, review       []string
+		wantBlock, wantRevw []string
+	}{
+		{[]string{"medium", "high"}, nil, []string{"medium", "high"}, []string{"low"}},
+		{[]string{"low"}, nil, []string{"low"}, []string{"medium"}},
+		{nil, []string{"high"}, []string{}, []string{"high"}},
+		{nil, []string{"low"}, []string{"high"}, []string{"low"}},
+	} {
+		cfg := valid
+		cfg.Block, cfg.Review = tc.block, tc.review
+		got, err := cfg.withDefaults()
+		if err != nil || strings.Join(got.Block, " ") != strings.Join(tc.wantBlock, " ") || strings.Join(got.Review, " ") != strings.Join(tc.wantRevw, " ") {
+			t.Errorf("block %v review %v: got block %v review %v (%v)", tc.block, tc.review, got.Block, got.Review, err)
+		}
 	}
 	// Every contract category and other are accepted.
 	cfg := valid

@@ -14,7 +14,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -209,13 +208,9 @@ type serviceRequest struct {
 
 // ask sends msgs to the service and reads its verdict.
 func (c *Checker) ask(ctx context.Context, msgs []Message) (assessment, error) {
-	var body bytes.Buffer
-	enc := json.NewEncoder(&body)
-	enc.SetEscapeHTML(false) // the service should read the text as sent
-	if err := enc.Encode(serviceRequest{Model: c.cfg.Model, Messages: msgs}); err != nil {
-		return assessment{}, fmt.Errorf("guardrails: encoding request: %v", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, &body)
+	// Without HTML escaping: the service should read the text as sent.
+	body := appendRequest(make([]byte, 0, requestSize(c.cfg.Model, msgs)), c.cfg.Model, msgs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return assessment{}, fmt.Errorf("guardrails: %v", err)
 	}
@@ -243,14 +238,7 @@ func (c *Checker) ask(ctx context.Context, msgs []Message) (assessment, error) {
 	if len(data) > maxAnswer {
 		return assessment{}, fmt.Errorf("guardrails: answer larger than %d bytes", maxAnswer)
 	}
-	var answer serviceAnswer
-	if err := json.Unmarshal(data, &answer); err != nil {
-		return assessment{}, fmt.Errorf("guardrails: unreadable answer: %v", err)
-	}
-	if answer.OverallRiskLevel == nil {
-		return assessment{}, errors.New("guardrails: answer has no overall_risk_level")
-	}
-	return assess(&answer), nil
+	return parseAnswer(data)
 }
 
 // transportError describes a failed exchange without the URL (which the

@@ -2,10 +2,12 @@ package guardrails
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/systemone/systemone-gateway/evaluation"
 )
 
 // Roles the guardrails service knows.
@@ -39,8 +41,9 @@ type Message struct {
 //
 // The error reports state that is not a single JSON value.
 func Messages(state []byte) ([]Message, error) {
-	// Validity is checked once, here: the walk below relies on it.
-	if !json.Valid(state) {
+	// Validity is checked once, here: the walk below relies on it. The
+	// upstream's JSON (NaN and Infinity included) is what passed the edge.
+	if !evaluation.Valid(state) {
 		return nil, errors.New("state is not valid JSON")
 	}
 	state = bytes.TrimSpace(state)
@@ -222,24 +225,35 @@ func unquote(s []byte) string {
 	if plain(s) {
 		return string(s)
 	}
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c == '\\' && i+1 < len(s):
-			var r rune
-			r, i = unescape(s, i)
-			out = utf8.AppendRune(out, r)
-		case c < utf8.RuneSelf:
-			out = append(out, c)
-			i++
-		default:
-			r, size := utf8.DecodeRune(s[i:])
-			out = utf8.AppendRune(out, r)
-			i += size
+	var out strings.Builder
+	out.Grow(len(s))
+	for len(s) > 0 {
+		// The text between two escapes is copied at once when it is valid
+		// UTF-8, as it nearly always is, else character by character.
+		run := s
+		if i := bytes.IndexByte(s, '\\'); i >= 0 {
+			run = s[:i]
+		}
+		if utf8.Valid(run) {
+			out.Write(run)
+		} else {
+			for j := 0; j < len(run); {
+				r, size := utf8.DecodeRune(run[j:])
+				out.WriteRune(r)
+				j += size
+			}
+		}
+		switch s = s[len(run):]; {
+		case len(s) >= 2:
+			r, next := unescape(s, 0)
+			out.WriteRune(r)
+			s = s[next:]
+		case len(s) == 1: // a backslash at the very end
+			out.WriteByte(s[0])
+			s = nil
 		}
 	}
-	return string(out)
+	return out.String()
 }
 
 // unescape decodes the escape at s[i] and returns the index after it.

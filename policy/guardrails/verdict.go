@@ -2,6 +2,8 @@ package guardrails
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -199,6 +201,20 @@ type serviceAnswer struct {
 
 type serviceFinding struct {
 	Categories []string `json:"categories"`
+}
+
+// parseAnswer reads the body of the service's 200 into contract terms. An
+// answer that is not JSON, or has no overall_risk_level, is an error: the
+// check failed.
+func parseAnswer(data []byte) (assessment, error) {
+	var answer serviceAnswer
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return assessment{}, fmt.Errorf("guardrails: unreadable answer: %v", err)
+	}
+	if answer.OverallRiskLevel == nil {
+		return assessment{}, errors.New("guardrails: answer has no overall_risk_level")
+	}
+	return assess(&answer), nil
 }
 
 // assess turns the service's answer into contract terms.

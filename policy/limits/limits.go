@@ -197,6 +197,21 @@ func (l *Limiter) AdmitRequest(ctx context.Context, org string) Decision {
 	return l.admit(ctx, org, lim, check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1})
 }
 
+// Peek reports org's buckets without charging them, for the rate-limit
+// headers of an answer the gateway gives before admission (413, 422, an
+// open breaker's 529). It costs what an admission costs (one round trip
+// with Redis) and never refuses: the Decision's Allowed is meaningless.
+func (l *Limiter) Peek(ctx context.Context, org string) Decision {
+	lim := l.limitsFor(org)
+	c := check{req: lim.requests(), tok: lim.tokens(), reqCost: 0, tokCost: -1}
+	if c.tok.on() {
+		c.tokCost = 0
+	}
+	d := l.admit(ctx, org, lim, c)
+	d.Charged = 0
+	return d
+}
+
 func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check) Decision {
 	now := micros(l.now())
 	if l.redis == nil {

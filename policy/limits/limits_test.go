@@ -360,3 +360,31 @@ func TestInProcessForgetsFullBuckets(t *testing.T) {
 		t.Fatalf("acme was forgotten while in use: %+v", d.Tokens)
 	}
 }
+
+// Peek reports the buckets without charging them, in process and in Redis.
+func TestPeekChargesNothing(t *testing.T) {
+	for _, store := range []string{"local", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			cfg := Config{RequestsPerMinute: i64(10), TokenBurst: i64(1000), TokensPerSecond: i64(1)}
+			if store == "redis" {
+				cfg.Redis = []string{redistest.Start(t).URL()}
+				cfg.StoreTimeout = caddy.Duration(5 * time.Second)
+			}
+			l, err := New(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			ctx := context.Background()
+			if d := l.Admit(ctx, "acme", 100); !d.Allowed {
+				t.Fatalf("admit: %+v", d)
+			}
+			for i := 0; i < 5; i++ {
+				d := l.Peek(ctx, "acme")
+				if d.Requests.Limit != 10 || d.Requests.Remaining != 9 || d.Tokens.Limit != 1000 || d.Tokens.Remaining < 900 || d.Tokens.Remaining > 901 || d.Charged != 0 {
+					t.Fatalf("peek %d: %+v", i, d)
+				}
+			}
+		})
+	}
+}

@@ -28,6 +28,11 @@ const (
 	// maxPending bounds the settlements and holds waiting for Redis: one
 	// entry per organization, the amounts of one organization add up.
 	maxPending = 10_000
+	// settleEvery is the least time between two flushes of the queue: a
+	// bucket is corrected at most this much later, which a per-second
+	// refill does not notice, and under load Redis sees one settlement per
+	// organization per interval.
+	settleEvery = 20 * time.Millisecond
 )
 
 // redisStore keeps the buckets in Redis, shared by every gateway instance.
@@ -41,6 +46,8 @@ type redisStore struct {
 	now func() time.Time
 	// probeMin and probeMax bound the probe's backoff.
 	probeMin, probeMax time.Duration
+	// settleEvery is the pause after each flush of the queue.
+	settleEvery time.Duration
 
 	failures      atomic.Int32 // consecutive outage errors
 	lost          atomic.Bool
@@ -69,18 +76,19 @@ func newRedisStore(urls []string, prefix string, timeout time.Duration, logger *
 		return nil, err
 	}
 	s := &redisStore{
-		client:   client,
-		release:  release,
-		prefix:   prefix,
-		timeout:  timeout,
-		logger:   logger,
-		probeMin: 100 * time.Millisecond,
-		probeMax: 5 * time.Second,
-		settles:  make(map[string]pendingSettle),
-		holds:    make(map[string]time.Duration),
-		kick:     make(chan struct{}, 1),
-		drained:  make(chan chan struct{}),
-		done:     make(chan struct{}),
+		client:      client,
+		release:     release,
+		prefix:      prefix,
+		timeout:     timeout,
+		logger:      logger,
+		probeMin:    100 * time.Millisecond,
+		probeMax:    5 * time.Second,
+		settleEvery: settleEvery,
+		settles:     make(map[string]pendingSettle),
+		holds:       make(map[string]time.Duration),
+		kick:        make(chan struct{}, 1),
+		drained:     make(chan chan struct{}),
+		done:        make(chan struct{}),
 	}
 	s.wg.Add(1)
 	go s.settleLoop()
@@ -320,9 +328,15 @@ func (s *redisStore) wake() {
 }
 
 // settleLoop sends queued settlements and holds, one script each, off the
-// clients' response path; at most one call is in flight.
+// clients' response path; at most one call is in flight. After each flush
+// it lets the queue fill for settleEvery, so that a busy organization's
+// settlements add up to one script per interval instead of one per request
+// (which would double the Redis round trips of every evaluation). A drain
+// or close does not wait.
 func (s *redisStore) settleLoop() {
 	defer s.wg.Done()
+	pause := time.NewTimer(s.settleEvery)
+	pause.Stop()
 	for {
 		select {
 		case <-s.kick:
@@ -330,7 +344,20 @@ func (s *redisStore) settleLoop() {
 		case ch := <-s.drained:
 			s.flush()
 			close(ch)
+			continue
 		case <-s.done:
+			s.flush()
+			return
+		}
+		pause.Reset(s.settleEvery)
+		select {
+		case <-pause.C:
+		case ch := <-s.drained:
+			pause.Stop()
+			s.flush()
+			close(ch)
+		case <-s.done:
+			pause.Stop()
 			s.flush()
 			return
 		}

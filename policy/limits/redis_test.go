@@ -447,6 +447,33 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 	}
 }
 
+// TestRedisSettlementsAddUp: while the queue pauses between flushes, the
+// settlements of one organization add up to one script, and the bucket
+// still ends up where each would have put it.
+func TestRedisSettlementsAddUp(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false)
+	l.redis.settleEvery = time.Hour // only a drain ends the pause
+	settle(l, mustAllow(t, l.Admit(bg, "warm", 1)), 0) // loads both scripts
+	hook := &countHook{}
+	l.redis.client.AddHook(hook)
+	var admitted []Decision
+	for range 10 {
+		admitted = append(admitted, mustAllow(t, l.Admit(bg, "acme", 1000)))
+	}
+	for _, d := range admitted {
+		l.Settle(d, 100) // 900 back each
+	}
+	l.redis.drain()
+	// The first settlement may go alone; the others wait for the pause.
+	if n := hook.scripts.Load(); n > 10+2 {
+		t.Fatalf("%d scripts for 10 admissions and 10 settlements, want at most 12", n)
+	}
+	if d := mustAllow(t, l.Admit(bg, "acme", 0)); d.Tokens.Remaining < 64000-10*100-5 {
+		t.Fatalf("after the refunds: %+v, want about %d", d.Tokens, 64000-10*100)
+	}
+}
+
 // dropProxy forwards to addr, but can drop one reply and close the
 // connection: the command ran, the client never hears of it.
 type dropProxy struct {

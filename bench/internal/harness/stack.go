@@ -1,0 +1,254 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Configurations the benchmarks compare, in the order they run.
+const (
+	// Plain is Caddy's reverse_proxy alone: the baseline.
+	Plain = "P"
+	// Limits is the gateway with Redis limits, the breaker and routing.
+	Limits = "L"
+	// Guardrails is Limits plus an uncached guardrails check.
+	Guardrails = "G"
+	// GuardrailsCached is Guardrails with the verdict cache (in Redis) hot.
+	GuardrailsCached = "GC"
+)
+
+// Configs lists the configurations in the order they run.
+var Configs = []string{Plain, Limits, Guardrails, GuardrailsCached}
+
+// Keys are the bearer keys the benchmarks spread requests over: each is an
+// organization with buckets of its own, as real traffic has several.
+var Keys = []string{"bench-key-1", "bench-key-2", "bench-key-3", "bench-key-4", "bench-key-5", "bench-key-6", "bench-key-7", "bench-key-8"}
+
+// Stack is everything a benchmark drives: redis-server, the simulated
+// upstream (one Caddy process), and one Caddy process serving plain
+// reverse_proxy and the gateway's configurations on a port each.
+type Stack struct {
+	Dir       string
+	Redis     *Redis
+	Simulator *Process
+	Proxy     *Process
+	// SimulatorURL is the upstream's base URL; URLs maps each of Configs
+	// to its proxy's base URL.
+	SimulatorURL string
+	URLs         map[string]string
+	// ProxyAdmin is the proxy process's admin endpoint (pprof, expvar,
+	// metrics), e.g. http://127.0.0.1:1234.
+	ProxyAdmin string
+	// Caddyfile is the proxy process's configuration, as written.
+	Caddyfile string
+}
+
+// StartStack builds the gateway and starts the stack in a new temporary
+// directory. Call Stop when done, also after an error.
+func StartStack(ctx context.Context) (*Stack, error) {
+	dir, err := os.MkdirTemp("", "systemone-bench-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{Dir: dir, URLs: make(map[string]string)}
+	if err := s.start(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stack) start(ctx context.Context) error {
+	bin, err := BuildGateway(ctx, s.Dir)
+	if err != nil {
+		return err
+	}
+	if s.Redis, err = StartRedis(s.Dir); err != nil {
+		return err
+	}
+	ports := make([]int, 3+len(Configs))
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return err
+		}
+	}
+	simPort, simAdmin, proxyAdmin := ports[0], ports[1], ports[2]
+	s.SimulatorURL = "http://127.0.0.1:" + strconv.Itoa(simPort)
+	s.ProxyAdmin = "http://127.0.0.1:" + strconv.Itoa(proxyAdmin)
+
+	simFile := filepath.Join(s.Dir, "simulator.Caddyfile")
+	if err := os.WriteFile(simFile, []byte(simulatorCaddyfile(simPort, simAdmin, s.Dir)), 0o644); err != nil {
+		return err
+	}
+	if s.Simulator, err = startCaddy("simulator", s.Dir, bin, simFile, []string{"127.0.0.1:" + strconv.Itoa(simPort)}); err != nil {
+		return err
+	}
+
+	sites := make(map[string]int)
+	var addrs []string
+	for i, name := range Configs {
+		sites[name] = ports[3+i]
+		s.URLs[name] = "http://127.0.0.1:" + strconv.Itoa(ports[3+i])
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(ports[3+i]))
+	}
+	s.Caddyfile = proxyCaddyfile(proxyAdmin, s.Dir, simPort, s.Redis.URL(), sites)
+	proxyFile := filepath.Join(s.Dir, "proxy.Caddyfile")
+	if err := os.WriteFile(proxyFile, []byte(s.Caddyfile), 0o644); err != nil {
+		return err
+	}
+	s.Proxy, err = startCaddy("proxy", s.Dir, bin, proxyFile, addrs)
+	return err
+}
+
+func startCaddy(name, dir, bin, config string, addrs []string) (*Process, error) {
+	p, err := StartProcess(name, dir, bin, "run", "--config", config, "--adapter", "caddyfile")
+	if err != nil {
+		return nil, err
+	}
+	for _, addr := range addrs {
+		if err := p.WaitListening(addr, 30*time.Second); err != nil {
+			p.Stop()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Stop stops every process and removes the directory.
+func (s *Stack) Stop() {
+	for _, p := range []*Process{s.Proxy, s.Simulator} {
+		if p != nil {
+			p.Stop()
+		}
+	}
+	if s.Redis != nil {
+		s.Redis.Stop()
+	}
+	_ = os.RemoveAll(s.Dir)
+}
+
+// Alive reports an error if a process of the stack has exited.
+func (s *Stack) Alive() error {
+	for _, p := range []*Process{s.Proxy, s.Simulator, s.Redis.Process} {
+		if p.Exited() {
+			return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20))
+		}
+	}
+	return nil
+}
+
+// globalOptions keep a process local and its log in one file: no config
+// saved, no HTTPS. One log, so that Caddy encodes each entry's fields once.
+// At info level it holds the gateway's request log (written as in
+// production: it is part of the gateway's cost) and nothing per request
+// from Caddy itself.
+func globalOptions(admin int, dir, name string) string {
+	return fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	persist_config off
+	auto_https off
+	grace_period 1s
+	log default {
+		output file %s
+		format json
+		level INFO
+	}
+}
+`, admin, filepath.Join(dir, name+".caddy.log"))
+}
+
+// simulatorCaddyfile serves the upstream as fast as it goes: no latency,
+// no per-key limits, no token budgets (the large payloads exceed them).
+func simulatorCaddyfile(port, admin int, dir string) string {
+	return globalOptions(admin, dir, "simulator") + fmt.Sprintf(`
+:%d {
+	bind 127.0.0.1
+	systemone_simulator {
+		requests_per_minute 0
+		tokens_per_second   0
+		max_tokens          0
+		max_question_tokens 0
+	}
+}
+`, port)
+}
+
+// proxyCaddyfile serves each configuration on its own port, in front of the
+// same upstream. The limits are far above the load, so that the checks run
+// on every request and never refuse one.
+func proxyCaddyfile(admin int, dir string, upstream int, redisURL string, sites map[string]int) string {
+	up := "127.0.0.1:" + strconv.Itoa(upstream)
+	limits := fmt.Sprintf(`		limits {
+			redis %s
+			requests_per_minute 10000000
+			tokens_per_second   10000000
+			token_burst         10000000
+		}
+		breaker {
+			failures  5
+			open_for  30s
+			half_open 1
+		}
+		route {
+			pin service-1.0.0 {
+				noul   0.8
+				choice 0.6
+				score  0.5
+			}
+			unpinned human
+		}
+`, redisURL)
+	guardrails := func(extra string) string {
+		return fmt.Sprintf(`		guardrails http://%s {
+			api_key bench-guardrails-key
+			timeout 2s
+%s		}
+`, up, extra)
+	}
+	gateway := map[string]string{
+		Limits:           limits,
+		Guardrails:       limits + guardrails(""),
+		GuardrailsCached: limits + guardrails("\t\t\tcache 10m\n"),
+	}
+	var b strings.Builder
+	b.WriteString(globalOptions(admin, dir, "proxy"))
+	for _, name := range Configs {
+		fmt.Fprintf(&b, "\n# %s\n:%d {\n\tbind 127.0.0.1\n", name, sites[name])
+		if name != Plain {
+			b.WriteString("\tsystemone {\n" + gateway[name] + "\t}\n")
+		}
+		fmt.Fprintf(&b, "\treverse_proxy %s\n}\n", up)
+	}
+	return b.String()
+}
+
+// Get fetches url with a short timeout and returns the body of a 200.
+func Get(ctx context.Context, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, errors.New(url + ": " + resp.Status)
+	}
+	return body, nil
+}

@@ -1,0 +1,520 @@
+// Command load measures the gateway against plain Caddy reverse_proxy in one
+// run, on this machine, over loopback:
+//
+//	go run ./bench/load                 # the full run BENCHMARKS.md reports
+//	go run ./bench/load -smoke          # seconds: CI's check that it still works
+//
+// It builds cmd/systemone-gateway and starts a redis-server, the simulated
+// upstream (no latency, no limits, no token budgets), and one Caddy process
+// serving four configurations on a port each, all in front of the same
+// upstream:
+//
+//	P   plain reverse_proxy
+//	L   the gateway: Redis limits, breaker and routing
+//	G   L plus guardrails (the simulator's /v1/guardrails), uncached
+//	GC  G with the verdict cache (in Redis) hot
+//
+// For each payload it drives each configuration in turn, alternating (P, L,
+// G, GC, P, L, ...) for several rounds, first at a fixed concurrency and then
+// at a fixed rate, and prints per configuration the medians over the rounds
+// of requests/s, p50/p90/p99 latency, CPU time per request of each process,
+// Redis commands per request, and the ratios to P measured in the same
+// round. It also counts, with MONITOR, the Redis commands each gateway
+// configuration sends per request and when.
+//
+// Every answer is checked: a status other than 200, a body that differs
+// from the upstream's own answer to the same request, or missing gateway
+// headers ends the run with an error and a non-zero exit status.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/systemone/systemone-gateway/bench/internal/harness"
+	"github.com/systemone/systemone-gateway/bench/payload"
+	"github.com/systemone/systemone-gateway/evaluation"
+)
+
+type options struct {
+	duration    time.Duration
+	rounds      int
+	concurrency int
+	rateShare   float64
+	payloads    []string
+	profileDir  string
+	smoke       bool
+}
+
+func main() {
+	var o options
+	var names string
+	flag.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured run (one configuration, one payload, one mode)")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds over the configurations; medians are reported")
+	flag.IntVar(&o.concurrency, "concurrency", 16, "clients in the fixed-concurrency runs")
+	flag.Float64Var(&o.rateShare, "rate", 0.5, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
+	flag.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads")
+	flag.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
+	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks answers, reports no targets")
+	flag.Parse()
+	if o.smoke {
+		o.duration, o.rounds, o.concurrency = 400*time.Millisecond, 1, 4
+		names = "small-en"
+	}
+	o.payloads = strings.Split(names, ",")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	var payloads []payload.Payload
+	for _, name := range o.payloads {
+		p, err := payload.Get(strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		payloads = append(payloads, p)
+	}
+	if o.duration <= 0 || o.rounds < 1 || o.concurrency < 1 || o.rateShare <= 0 {
+		return errors.New("-duration, -rounds, -concurrency and -rate must be positive")
+	}
+
+	fmt.Fprintln(out, "# systemone-gateway load benchmark")
+	fmt.Fprintln(out)
+	printMachine(out)
+	fmt.Fprintf(out, "runs: %d rounds of %v per configuration, payload and mode; %d clients at fixed concurrency; fixed rate %.0f%% of P's throughput\n",
+		o.rounds, o.duration, o.concurrency, 100*o.rateShare)
+	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin\n", len(harness.Keys))
+	printPayloads(out, payloads)
+
+	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, proxy ...")
+	stack, err := harness.StartStack(ctx)
+	if err != nil {
+		return err
+	}
+	defer stack.Stop()
+	fmt.Fprintf(out, "\nproxy Caddyfile (upstream: systemone_simulator with latency 0, limits and token budgets off, at %s):\n\n", stack.SimulatorURL)
+	fmt.Fprintln(out, indent(stack.Caddyfile))
+
+	b := &bench{o: o, stack: stack, driver: harness.NewDriver(4 * o.concurrency), out: out}
+	defer b.driver.Close()
+	for _, p := range payloads {
+		if err := b.payload(ctx, p); err != nil {
+			return fmt.Errorf("payload %s: %w", p.Name, err)
+		}
+	}
+	b.report()
+	if err := b.countRoundTrips(ctx, payloads[0]); err != nil {
+		return err
+	}
+	if o.profileDir != "" {
+		if err := b.profile(ctx, payloads); err != nil {
+			return err
+		}
+	}
+	return stack.Alive()
+}
+
+// bench holds one run's stack and measurements.
+type bench struct {
+	o      options
+	stack  *harness.Stack
+	driver *harness.Driver
+	out    io.Writer
+
+	results []payloadResult
+	rtt     []time.Duration // Redis PING round trips during L's fixed-rate runs
+}
+
+// Modes of a run.
+const (
+	closedLoop = "concurrency"
+	openLoop   = "rate"
+)
+
+type payloadResult struct {
+	p    payload.Payload
+	rate float64 // of the open-loop runs
+	// runs[mode][config] holds one measurement per round.
+	runs map[string]map[string][]measure
+}
+
+// measure is one run of one configuration.
+type measure struct {
+	res harness.Result
+	// cpu is CPU time per request of each process: proxy, simulator,
+	// redis, and client (this program).
+	cpu map[string]time.Duration
+	// redis is Redis commands run per request, by command.
+	redis map[string]float64
+	// others is the share of the machine's CPU time that processes
+	// outside the benchmark used during the run: other load skews it.
+	others float64
+}
+
+// requests returns the requests for one configuration and payload, one per
+// key, each expecting want.
+func (b *bench) requests(config string, p payload.Payload, want []byte) []harness.Request {
+	reqs := make([]harness.Request, len(harness.Keys))
+	for i, key := range harness.Keys {
+		reqs[i] = harness.Request{
+			URL: b.stack.URLs[config] + "/v1/systemone", Key: key, Body: p.Body, Want: want,
+			Check: headerCheck(config),
+		}
+	}
+	return reqs
+}
+
+// headerCheck makes sure an answer went through the configuration's
+// policies (and that P's went through none).
+func headerCheck(config string) func(http.Header) error {
+	type field struct{ name, want string }
+	want := []field{{"X-Route-Model", ""}, {"X-Ratelimit-Limit-Requests", ""}, {"X-Guardrails-Action", ""}, {"X-Guardrails-Risk", ""}}
+	if config != harness.Plain {
+		want[0].want, want[1].want = "service-1.0.0", "10000000"
+	}
+	if config == harness.Guardrails || config == harness.GuardrailsCached {
+		want[2].want, want[3].want = "pass", "none"
+	}
+	return func(h http.Header) error {
+		for _, f := range want {
+			if got := h.Get(f.name); got != f.want {
+				return fmt.Errorf("header %s is %q, want %q", f.name, got, f.want)
+			}
+		}
+		if r := h.Get("X-Route"); config != harness.Plain && r != "auto" && r != "human" {
+			return fmt.Errorf("header X-Route is %q", r)
+		}
+		return nil
+	}
+}
+
+func (b *bench) payload(ctx context.Context, p payload.Payload) error {
+	// The reference: the upstream's own answer, asked directly, twice (the
+	// simulator must be deterministic for the comparison to mean anything).
+	want, err := b.reference(ctx, p)
+	if err != nil {
+		return err
+	}
+
+	pr := payloadResult{p: p, runs: map[string]map[string][]measure{closedLoop: {}, openLoop: {}}}
+	reqs := make(map[string][]harness.Request)
+	for _, c := range harness.Configs {
+		reqs[c] = b.requests(c, p, want)
+		// Warm up: connections, scripts loaded in Redis, the verdict cache.
+		warm := b.driver.Closed(ctx, reqs[c], b.o.concurrency, min(b.o.duration/2, time.Second))
+		if warm.Err != nil {
+			return fmt.Errorf("%s (warm-up): %w", c, warm.Err)
+		}
+	}
+	fmt.Fprintf(b.out, "%s: fixed concurrency ...\n", p.Name)
+	for range b.o.rounds {
+		for _, c := range harness.Configs {
+			m, err := b.measure(ctx, c, func() harness.Result {
+				return b.driver.Closed(ctx, reqs[c], b.o.concurrency, b.o.duration)
+			})
+			if err != nil {
+				return fmt.Errorf("%s at fixed concurrency: %w", c, err)
+			}
+			pr.runs[closedLoop][c] = append(pr.runs[closedLoop][c], m)
+		}
+	}
+	pr.rate = b.o.rateShare * median(throughputs(pr.runs[closedLoop][harness.Plain]))
+	fmt.Fprintf(b.out, "%s: fixed rate %.0f/s ...\n", p.Name, pr.rate)
+	for range b.o.rounds {
+		for _, c := range harness.Configs {
+			var stopPing func() []time.Duration
+			if c == harness.Limits {
+				stopPing = b.pingRedis(ctx)
+			}
+			m, err := b.measure(ctx, c, func() harness.Result {
+				return b.driver.Open(ctx, reqs[c], pr.rate, b.o.duration, 4*b.o.concurrency)
+			})
+			if stopPing != nil {
+				b.rtt = append(b.rtt, stopPing()...)
+			}
+			if err != nil {
+				return fmt.Errorf("%s at fixed rate: %w", c, err)
+			}
+			pr.runs[openLoop][c] = append(pr.runs[openLoop][c], m)
+		}
+	}
+	b.results = append(b.results, pr)
+	return nil
+}
+
+// reference returns the upstream's own answer to p, asked directly, twice:
+// the simulator must be deterministic for the comparison to mean anything.
+func (b *bench) reference(ctx context.Context, p payload.Payload) ([]byte, error) {
+	direct := harness.Request{URL: b.stack.SimulatorURL + "/v1/systemone", Key: harness.Keys[0], Body: p.Body}
+	want, err := b.driver.Answer(ctx, direct)
+	if err != nil {
+		return nil, fmt.Errorf("asking the upstream directly: %w", err)
+	}
+	direct.Want = want
+	var again bytes.Buffer
+	if err := b.driver.Do(ctx, direct, &again); err != nil {
+		return nil, fmt.Errorf("the upstream's answers to two identical requests differ: %w", err)
+	}
+	return want, nil
+}
+
+// measure runs drive and reads the processes' CPU time and Redis's command
+// counters around it.
+func (b *bench) measure(ctx context.Context, config string, drive func() harness.Result) (measure, error) {
+	procs := map[string]int{
+		"proxy": b.stack.Proxy.PID(), "simulator": b.stack.Simulator.PID(),
+		"redis": b.stack.Redis.PID(), "client": 0,
+	}
+	cpuBefore := make(map[string]time.Duration)
+	for name, pid := range procs {
+		t, err := harness.CPUTime(pid)
+		if err != nil {
+			return measure{}, err
+		}
+		cpuBefore[name] = t
+	}
+	callsBefore, err := b.stack.Redis.CommandCalls(ctx)
+	if err != nil {
+		return measure{}, err
+	}
+	systemBefore, err := harness.SystemCPU()
+	if err != nil {
+		return measure{}, err
+	}
+	res := drive()
+	systemAfter, err := harness.SystemCPU()
+	if err != nil {
+		return measure{}, err
+	}
+	if res.Err != nil {
+		return measure{}, res.Err
+	}
+	if res.Requests == 0 {
+		return measure{}, errors.New("no request completed")
+	}
+	m := measure{res: res, cpu: make(map[string]time.Duration), redis: make(map[string]float64)}
+	others := systemAfter - systemBefore
+	for name, pid := range procs {
+		t, err := harness.CPUTime(pid)
+		if err != nil {
+			return measure{}, err
+		}
+		others -= t - cpuBefore[name]
+		m.cpu[name] = (t - cpuBefore[name]) / time.Duration(res.Requests)
+	}
+	m.others = max(float64(others)/float64(res.Elapsed)/float64(runtime.NumCPU()), 0)
+	callsAfter, err := b.stack.Redis.CommandCalls(ctx)
+	if err != nil {
+		return measure{}, err
+	}
+	for cmd, n := range harness.CallsDelta(callsBefore, callsAfter) {
+		if cmd != "ping" { // the RTT probe's
+			m.redis[cmd] = float64(n) / float64(res.Requests)
+		}
+	}
+	return m, b.stack.Alive()
+}
+
+// pingRedis measures Redis round trips (PING, from this process) every few
+// milliseconds until the returned function is called.
+func (b *bench) pingRedis(ctx context.Context) func() []time.Duration {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan []time.Duration)
+	go func() {
+		var rtts []time.Duration
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				done <- rtts
+				return
+			case <-tick.C:
+			}
+			t := time.Now()
+			if b.stack.Redis.Client.Ping(ctx).Err() == nil {
+				rtts = append(rtts, time.Since(t))
+			}
+		}
+	}()
+	return func() []time.Duration {
+		cancel()
+		return <-done
+	}
+}
+
+// countRoundTrips sends sequential requests through each gateway
+// configuration while watching Redis with MONITOR, and reports which
+// commands each request cost: the admission script (two keys) and the
+// verdict cache lookup run before forwarding, in the handler's order; the
+// settlement (one key) and a cache store run after the answer, off the
+// client's path.
+func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
+	const n = 50
+	fmt.Fprintf(b.out, "\n## Redis commands per request (MONITOR, %d sequential requests of %s)\n\n", n, p.Name)
+	want, err := b.reference(ctx, p)
+	if err != nil {
+		return err
+	}
+	tw := newTable(b.out, "config", "before forwarding", "after the answer", "admission scripts", "cache GET", "settle scripts", "other")
+	for _, c := range harness.Configs[1:] {
+		reqs := b.requests(c, p, want)
+		mctx, cancel := context.WithCancel(ctx)
+		cmds, err := b.stack.Redis.Monitor(mctx)
+		if err != nil {
+			cancel()
+			return err
+		}
+		var buf bytes.Buffer
+		for i := range n {
+			if err := b.driver.Do(ctx, reqs[i%len(reqs)], &buf); err != nil {
+				cancel()
+				return fmt.Errorf("%s: %w", c, err)
+			}
+		}
+		// Settlements are queued and sent in the background: give them a
+		// moment, then end the count at a marker this program sends.
+		time.Sleep(200 * time.Millisecond)
+		const marker = "bench-count-end"
+		if err := b.stack.Redis.Client.Echo(ctx, marker).Err(); err != nil {
+			cancel()
+			return err
+		}
+		counts := make(map[string]int)
+		for args := range cmds {
+			if len(args) >= 2 && strings.EqualFold(args[0], "echo") && args[1] == marker {
+				break
+			}
+			counts[classify(args)]++
+		}
+		cancel()
+		for range cmds { // let the reader end
+		}
+		per := func(k string) float64 { return float64(counts[k]) / n }
+		var other []string
+		for k, v := range counts {
+			if !slices.Contains([]string{"admit", "cache-get", "settle", "cache-set", "hold"}, k) {
+				other = append(other, fmt.Sprintf("%s %.2f", k, float64(v)/n))
+			}
+		}
+		slices.Sort(other)
+		tw.row(c,
+			fmt.Sprintf("%.2f", per("admit")+per("cache-get")),
+			fmt.Sprintf("%.2f", per("settle")+per("cache-set")+per("hold")),
+			fmt.Sprintf("%.2f", per("admit")), fmt.Sprintf("%.2f", per("cache-get")), fmt.Sprintf("%.2f", per("settle")),
+			strings.Join(append(other, ""), " "))
+	}
+	tw.flush()
+	return nil
+}
+
+// classify names a command the gateway sent: its scripts by their keys.
+func classify(args []string) string {
+	if len(args) == 0 {
+		return "?"
+	}
+	cmd := strings.ToLower(args[0])
+	switch {
+	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "2":
+		return "admit"
+	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":b"):
+		return "settle"
+	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":h"):
+		return "hold"
+	case cmd == "get" && len(args) >= 2 && strings.Contains(args[1], "guardrails:"):
+		return "cache-get"
+	case cmd == "set" && len(args) >= 2 && strings.Contains(args[1], "guardrails:"):
+		return "cache-set"
+	}
+	return cmd
+}
+
+// profile runs each gateway configuration once more per payload while the
+// proxy's admin endpoint records a CPU profile, then saves an allocation
+// profile of the whole run.
+func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
+	if err := os.MkdirAll(b.o.profileDir, 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "\nprofiles in %s:\n", b.o.profileDir)
+	secs := max(int(b.o.duration.Seconds()), 1)
+	for _, p := range payloads {
+		want, err := b.reference(ctx, p)
+		if err != nil {
+			return err
+		}
+		for _, c := range harness.Configs {
+			path := filepath.Join(b.o.profileDir, fmt.Sprintf("cpu-%s-%s.pprof", p.Name, c))
+			got := make(chan error, 1)
+			go func() {
+				data, err := harness.Get(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.stack.ProxyAdmin, secs))
+				if err == nil {
+					err = os.WriteFile(path, data, 0o644)
+				}
+				got <- err
+			}()
+			res := b.driver.Closed(ctx, b.requests(c, p, want), b.o.concurrency, time.Duration(secs)*time.Second+500*time.Millisecond)
+			if err := errors.Join(res.Err, <-got); err != nil {
+				return fmt.Errorf("profiling %s %s: %w", p.Name, c, err)
+			}
+			fmt.Fprintf(b.out, "  %s\n", path)
+		}
+	}
+	data, err := harness.Get(ctx, b.stack.ProxyAdmin+"/debug/pprof/allocs")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(b.o.profileDir, "allocs.pprof")
+	fmt.Fprintf(b.out, "  %s (allocations of the whole run)\n", path)
+	return os.WriteFile(path, data, 0o644)
+}
+
+func printMachine(out io.Writer) {
+	model := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if name, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(name) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	fmt.Fprintf(out, "machine: %d CPUs (%s), %s %s/%s; every process shares them\n",
+		runtime.NumCPU(), model, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func printPayloads(out io.Writer, payloads []payload.Payload) {
+	fmt.Fprintln(out, "\npayloads (POST /v1/systemone, model service-latest, text of a support conversation):")
+	fmt.Fprintln(out)
+	tw := newTable(out, "payload", "body bytes", "state bytes", "questions", "estimated tokens")
+	for _, p := range payloads {
+		est := "?"
+		if r, err := evaluation.ParseRequest(p.Body); err == nil {
+			est = fmt.Sprint(r.EstimatedTokens)
+		}
+		tw.row(p.Name, fmt.Sprint(len(p.Body)), fmt.Sprint(p.StateBytes), fmt.Sprint(p.Questions), est)
+	}
+	tw.flush()
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/systemone/systemone-gateway/bench/internal/harness"
+	"github.com/systemone/systemone-gateway/bench/payload"
+)
+
+// Targets of issue 7, as ratios to P in the same round.
+var throughputTargets = map[string]float64{
+	harness.Limits:           0.80,
+	harness.GuardrailsCached: 0.75,
+	harness.Guardrails:       0.55,
+}
+
+// p50Allowance is what L's p50 may add to P's on the small payload beyond
+// one Redis round trip.
+const p50Allowance = 300 * time.Microsecond
+
+// report prints the tables, the targets and the cost growth.
+func (b *bench) report() {
+	for _, mode := range []string{closedLoop, openLoop} {
+		if mode == closedLoop {
+			fmt.Fprintf(b.out, "\n## Fixed concurrency: %d clients, medians of %d rounds of %v\n\n", b.o.concurrency, b.o.rounds, b.o.duration)
+		} else {
+			fmt.Fprintf(b.out, "\n## Fixed rate: %.0f%% of P's fixed-concurrency throughput, medians of %d rounds of %v\n\n", 100*b.o.rateShare, b.o.rounds, b.o.duration)
+		}
+		tw := newTable(b.out, "payload", "config", "req/s", "p50 ms", "p90 ms", "p99 ms", "req/s ÷ P", "p50 − P ms",
+			"proxy CPU µs/req", "upstream µs/req", "redis µs/req", "client µs/req", "scripts/req", "others %")
+		for _, pr := range b.results {
+			runs := pr.runs[mode]
+			for _, c := range harness.Configs {
+				ms := runs[c]
+				name := ""
+				if c == harness.Plain {
+					name = pr.p.Name
+					if mode == openLoop {
+						name += fmt.Sprintf(" @%.0f/s", pr.rate)
+					}
+				}
+				ratio, delta := "", ""
+				if c != harness.Plain {
+					ratio = fmt.Sprintf("%.2f", ratioToPlain(runs, c))
+					delta = fmt.Sprintf("%+.2f", ms2(p50DeltaToPlain(runs, c)))
+				}
+				tw.row(name, c,
+					fmt.Sprintf("%.0f", median(throughputs(ms))),
+					fmt.Sprintf("%.2f", ms2(medianDur(ms, func(m measure) time.Duration { return m.res.Percentile(0.50) }))),
+					fmt.Sprintf("%.2f", ms2(medianDur(ms, func(m measure) time.Duration { return m.res.Percentile(0.90) }))),
+					fmt.Sprintf("%.2f", ms2(medianDur(ms, func(m measure) time.Duration { return m.res.Percentile(0.99) }))),
+					ratio, delta,
+					cpuCell(ms, "proxy"), cpuCell(ms, "simulator"), cpuCell(ms, "redis"), cpuCell(ms, "client"),
+					redisCell(ms), othersCell(ms))
+			}
+		}
+		tw.flush()
+	}
+	b.targets()
+	b.growth()
+}
+
+// targets prints each of issue 7's targets with the measured value.
+func (b *bench) targets() {
+	fmt.Fprintf(b.out, "\n## Targets\n\n")
+	tw := newTable(b.out, "target", "measured", "")
+	for _, c := range []string{harness.Limits, harness.GuardrailsCached, harness.Guardrails} {
+		for _, pr := range b.results {
+			r := ratioToPlain(pr.runs[closedLoop], c)
+			tw.row(fmt.Sprintf("%s req/s >= %.2f x P, %s", c, throughputTargets[c], pr.p.Name), fmt.Sprintf("%.2f", r), verdict(r >= throughputTargets[c]))
+		}
+	}
+	rtt := medianOf(b.rtt)
+	for _, pr := range b.results {
+		if pr.p.Size != payload.Small {
+			continue
+		}
+		d := p50DeltaToPlain(pr.runs[openLoop], harness.Limits)
+		tw.row(fmt.Sprintf("L p50 − P p50 <= Redis RTT (%.3f ms) + 0.3 ms at fixed rate, %s", ms2(rtt), pr.p.Name),
+			fmt.Sprintf("%.3f ms", ms2(d)), verdict(d <= rtt+p50Allowance))
+	}
+	tw.flush()
+	fmt.Fprintf(b.out, "\nRedis RTT: median PING from this program every 5ms during L's fixed-rate runs (%d samples); p90 %.3f ms\n",
+		len(b.rtt), ms2(quantileOf(b.rtt, 0.9)))
+}
+
+// growth prints how the gateway's own cost (its CPU time per request over
+// plain reverse_proxy's) grows with the payload.
+func (b *bench) growth() {
+	fmt.Fprintf(b.out, "\n## Cost growth: proxy CPU µs per request over P's, fixed concurrency\n\n")
+	tw := newTable(b.out, "payload", "body KiB", "questions", "P proxy µs/req", "L − P", "G − P", "GC − P", "upstream µs/req")
+	for _, pr := range b.results {
+		runs := pr.runs[closedLoop]
+		plain := cpuOf(runs[harness.Plain], "proxy")
+		cells := []string{pr.p.Name, fmt.Sprintf("%.1f", float64(len(pr.p.Body))/1024), fmt.Sprint(pr.p.Questions), fmt.Sprintf("%.0f", plain)}
+		for _, c := range harness.Configs[1:] {
+			cells = append(cells, fmt.Sprintf("%+.0f", cpuOf(runs[c], "proxy")-plain))
+		}
+		cells = append(cells, fmt.Sprintf("%.0f", cpuOf(runs[harness.Plain], "simulator")))
+		tw.row(cells...)
+	}
+	tw.flush()
+	// The slope between the smallest and the largest payload of each
+	// language: what one more KiB of body (with its share of questions)
+	// costs the gateway beyond what it costs reverse_proxy.
+	for _, lang := range []string{payload.English, payload.Chinese} {
+		var small, large *payloadResult
+		for i := range b.results {
+			pr := &b.results[i]
+			if pr.p.Language != lang {
+				continue
+			}
+			if small == nil || len(pr.p.Body) < len(small.p.Body) {
+				small = pr
+			}
+			if large == nil || len(pr.p.Body) > len(large.p.Body) {
+				large = pr
+			}
+		}
+		if small == nil || small == large {
+			continue
+		}
+		kib := float64(len(large.p.Body)-len(small.p.Body)) / 1024
+		var parts []string
+		for _, c := range harness.Configs {
+			added := func(pr *payloadResult) float64 { return cpuOf(pr.runs[closedLoop][c], "proxy") }
+			parts = append(parts, fmt.Sprintf("%s %.2f", c, (added(large)-added(small))/kib))
+		}
+		fmt.Fprintf(b.out, "%s, %s to %s: proxy CPU µs per added KiB: %s\n", lang, small.p.Name, large.p.Name, strings.Join(parts, ", "))
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+// ratioToPlain is the median over rounds of c's throughput over P's in the
+// same round: drift between rounds hits both alike.
+func ratioToPlain(runs map[string][]measure, c string) float64 {
+	var r []float64
+	for i, m := range runs[c] {
+		if i < len(runs[harness.Plain]) {
+			r = append(r, m.res.Throughput()/runs[harness.Plain][i].res.Throughput())
+		}
+	}
+	return median(r)
+}
+
+// p50DeltaToPlain is the median over rounds of c's p50 minus P's in the
+// same round.
+func p50DeltaToPlain(runs map[string][]measure, c string) time.Duration {
+	var d []time.Duration
+	for i, m := range runs[c] {
+		if i < len(runs[harness.Plain]) {
+			d = append(d, m.res.Percentile(0.5)-runs[harness.Plain][i].res.Percentile(0.5))
+		}
+	}
+	return medianOf(d)
+}
+
+func throughputs(ms []measure) []float64 {
+	var t []float64
+	for _, m := range ms {
+		t = append(t, m.res.Throughput())
+	}
+	return t
+}
+
+func cpuOf(ms []measure, proc string) float64 {
+	return float64(medianDur(ms, func(m measure) time.Duration { return m.cpu[proc] })) / float64(time.Microsecond)
+}
+
+func cpuCell(ms []measure, proc string) string { return fmt.Sprintf("%.0f", cpuOf(ms, proc)) }
+
+// redisCell is the median number of scripts (EVALSHA or EVAL) Redis ran per
+// request. INFO commandstats also counts the commands scripts run, so the
+// script calls are the round trips it can tell apart; the MONITOR count
+// below tells every command.
+func redisCell(ms []measure) string {
+	var v []float64
+	for _, m := range ms {
+		v = append(v, m.redis["evalsha"]+m.redis["eval"])
+	}
+	return fmt.Sprintf("%.2f", median(v))
+}
+
+// othersCell is the largest share of the CPUs other processes took during
+// the runs, in percent.
+func othersCell(ms []measure) string {
+	var worst float64
+	for _, m := range ms {
+		worst = max(worst, m.others)
+	}
+	return fmt.Sprintf("%.0f", 100*worst)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianDur(ms []measure, f func(measure) time.Duration) time.Duration {
+	var d []time.Duration
+	for _, m := range ms {
+		d = append(d, f(m))
+	}
+	return medianOf(d)
+}
+
+func medianOf(d []time.Duration) time.Duration {
+	v := make([]float64, len(d))
+	for i, x := range d {
+		v[i] = float64(x)
+	}
+	return time.Duration(median(v))
+}
+
+func quantileOf(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
+}
+
+func ms2(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// table writes aligned columns, as Markdown-compatible rows.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(out io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(out, 0, 0, 1, ' ', 0)}
+	t.row(header...)
+	sep := make([]string, len(header))
+	for i, h := range header {
+		sep[i] = strings.Repeat("-", max(len([]rune(h)), 3))
+	}
+	t.row(sep...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	fmt.Fprintf(t.tw, "| %s |\n", strings.Join(cells, "\t| "))
+}
+
+func (t *table) flush() { _ = t.tw.Flush() }

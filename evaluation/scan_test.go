@@ -1,0 +1,118 @@
+package evaluation
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// referenceStr is str as written before its fast paths: byte by byte, every
+// non-ASCII character through utf8.DecodeRune. It returns where the string
+// ends (or where it fails), whether it failed, and its CJK counts.
+func referenceStr(b []byte) (end int, failed bool, runes, size int64) {
+	i := 1
+	for i < len(b) {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, false, runes, size
+		case c == '\\':
+			if i+1 >= len(b) {
+				return i, true, runes, size
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					return i, true, runes, size
+				}
+				i += 6
+			default:
+				return i, true, runes, size
+			}
+		case c < 0x20:
+			return i, true, runes, size
+		case c < 0x80:
+			i++
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n <= 1 {
+				if !isEncodedSurrogate(b[i:]) {
+					return i, true, runes, size
+				}
+				n = 3
+			}
+			if isCJK(r) {
+				runes++
+				size += int64(n)
+			}
+			i += n
+		}
+	}
+	return i, true, runes, size
+}
+
+// FuzzScanString: the fast paths of str (eight ASCII bytes at a time, runs
+// of three-byte characters) accept, refuse and count exactly as the plain
+// byte-by-byte scan does.
+func FuzzScanString(f *testing.F) {
+	for _, seed := range []string{
+		`"plain ascii text that is longer than eight bytes"`,
+		`"客户反映包裹比承诺的时间晚到了两天。“引号”，全角？"`,
+		`"mixed 中文 and English, 한국어, カタカナ, ｆｕｌｌ"`,
+		`"escapes \" \\ \n \u4e2d \ud83d\ude00 after"`,
+		"\"control \x01 byte\"", "\"bad utf-8 \xff\"", "\"overlong \xe0\x80\x80\"",
+		"\"surrogate \xed\xa0\x80 pass\"", "\"private use \xee\x80\x80 and \xef\xbf\xbf\"",
+		"\"truncated \xe4\xb8", `"unterminated`, `"` + strings.Repeat("é", 20) + `"`,
+		"\"7 bytes\"\"\x80\"", `"ends at 8"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			b = append([]byte{'"'}, b...)
+		}
+		s := scanner{b: b}
+		s.str()
+		wantEnd, wantFailed, wantRunes, wantSize := referenceStr(b)
+		if failed := s.err != nil; failed != wantFailed {
+			t.Fatalf("%q: failed %v (%v), reference %v", b, failed, s.err, wantFailed)
+		}
+		if !wantFailed && s.pos != wantEnd {
+			t.Fatalf("%q: ends at %d, reference %d", b, s.pos, wantEnd)
+		}
+		if wantFailed && s.err.pos != wantEnd && s.err.pos != 0 {
+			// The failure is reported where the reference stops, or at
+			// the opening quote for an unterminated string.
+			t.Fatalf("%q: fails at %d (%s), reference at %d", b, s.err.pos, s.err.msg, wantEnd)
+		}
+		if !wantFailed && (s.cjkRunes != wantRunes || s.cjkBytes != wantSize) {
+			t.Fatalf("%q: CJK %d runes %d bytes, reference %d and %d", b, s.cjkRunes, s.cjkBytes, wantRunes, wantSize)
+		}
+	})
+}
+
+func TestSpecial8(t *testing.T) {
+	plain := []byte("abcdefgh")
+	for i := range 8 {
+		for _, c := range []byte{0x00, 0x1f, '"', '\\', 0x80, 0xe4, 0xff} {
+			b := []byte(string(plain))
+			b[i] = c
+			if !special8(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 | uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56) {
+				t.Errorf("byte %#x at %d not flagged", c, i)
+			}
+		}
+	}
+	for c := 0x20; c < 0x80; c++ {
+		if c == '"' || c == '\\' {
+			continue
+		}
+		v := uint64(0)
+		for range 8 {
+			v = v<<8 | uint64(c)
+		}
+		if special8(v) {
+			t.Errorf("plain byte %q flagged", rune(c))
+		}
+	}
+}
