@@ -95,14 +95,7 @@ func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for d.NextBlock(0) {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("duplicate %s", name)
-		}
-		seen[name] = true
-		var err error
+	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "max_body":
 			var size uint64
@@ -134,9 +127,9 @@ func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 		default:
 			return d.Errf("unknown subdirective %q", name)
 		}
-		if err != nil {
-			return err
-		}
+		return err
+	}); err != nil {
+		return err
 	}
 	if h.UnknownKeys == "reject" && h.OrgKeys == "" {
 		return d.Err("unknown_keys reject needs org_keys")
@@ -149,19 +142,12 @@ func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
 		return nil, d.ArgErr()
 	}
 	cfg := new(limits.Config)
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] && name != "org" {
-			return nil, d.Errf("duplicate %s", name)
-		}
-		seen[name] = true
-		var err error
+	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "redis":
 			cfg.Redis = d.RemainingArgs()
 			if len(cfg.Redis) == 0 {
-				return nil, d.ArgErr()
+				return d.ArgErr()
 			}
 		case "key_prefix":
 			cfg.KeyPrefix, err = stringArg(d)
@@ -178,11 +164,11 @@ func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
 		case "store_timeout":
 			cfg.StoreTimeout, err = durationArg(d)
 		default:
-			return nil, d.Errf("unknown limits subdirective %q", name)
+			return d.Errf("unknown limits subdirective %q", name)
 		}
-		if err != nil {
-			return nil, err
-		}
+		return err
+	}, "org"); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
@@ -196,13 +182,7 @@ func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
 		return d.Errf("duplicate org %q", id)
 	}
 	var o limits.Override
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("duplicate %s in org %q", name, id)
-		}
-		seen[name] = true
+	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "requests_per_minute":
 			o.RequestsPerMinute, err = countArg(d)
@@ -213,11 +193,11 @@ func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
 		default:
 			return d.Errf("unknown org subdirective %q", name)
 		}
-		if err != nil {
-			return err
-		}
+		return err
+	}); err != nil {
+		return err
 	}
-	if len(seen) == 0 {
+	if o == (limits.Override{}) {
 		return d.Errf("org %q overrides nothing", id)
 	}
 	if cfg.Orgs == nil {
@@ -246,14 +226,7 @@ func parseGuardrails(d *caddyfile.Dispenser) (*guardrails.Config, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return nil, d.Errf("duplicate %s", name)
-		}
-		seen[name] = true
-		var err error
+	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "api_key":
 			cfg.APIKey, err = stringArg(d)
@@ -274,11 +247,11 @@ func parseGuardrails(d *caddyfile.Dispenser) (*guardrails.Config, error) {
 		case "mode":
 			cfg.Mode, err = oneOf(d, "sequential", "parallel")
 		default:
-			return nil, d.Errf("unknown guardrails subdirective %q", name)
+			return d.Errf("unknown guardrails subdirective %q", name)
 		}
-		if err != nil {
-			return nil, err
-		}
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	if cfg.APIKey == "" {
 		return nil, d.Err("guardrails needs api_key")
@@ -296,14 +269,7 @@ func parseBreaker(d *caddyfile.Dispenser) (*breaker.Config, error) {
 		return nil, d.ArgErr()
 	}
 	cfg := new(breaker.Config)
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return nil, d.Errf("duplicate %s", name)
-		}
-		seen[name] = true
-		var err error
+	if err := block(d, func(name string) (err error) {
 		var n *int64
 		switch name {
 		case "failures":
@@ -317,11 +283,11 @@ func parseBreaker(d *caddyfile.Dispenser) (*breaker.Config, error) {
 				cfg.HalfOpen = uint32(*n)
 			}
 		default:
-			return nil, d.Errf("unknown breaker subdirective %q", name)
+			return d.Errf("unknown breaker subdirective %q", name)
 		}
-		if err != nil {
-			return nil, err
-		}
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
@@ -331,14 +297,7 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 		return nil, d.ArgErr()
 	}
 	cfg := new(route.Config)
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] && name != "pin" {
-			return nil, d.Errf("duplicate %s", name)
-		}
-		seen[name] = true
-		var err error
+	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "pin":
 			err = parsePin(d, cfg)
@@ -347,11 +306,11 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 		case "queue":
 			cfg.Queue, err = parseQueue(d)
 		default:
-			return nil, d.Errf("unknown route subdirective %q", name)
+			return d.Errf("unknown route subdirective %q", name)
 		}
-		if err != nil {
-			return nil, err
-		}
+		return err
+	}, "pin"); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
@@ -367,13 +326,7 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config) error {
 		}
 	}
 	pin := route.Pin{Version: version}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] && name != "question" {
-			return d.Errf("duplicate %s in pin %q", name, version)
-		}
-		seen[name] = true
+	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "noul":
 			pin.Noul, err = thresholdArg(d)
@@ -400,9 +353,9 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config) error {
 		default:
 			return d.Errf("unknown pin subdirective %q", name)
 		}
-		if err != nil {
-			return err
-		}
+		return err
+	}, "question"); err != nil {
+		return err
 	}
 	cfg.Pins = append(cfg.Pins, pin)
 	return nil
@@ -434,6 +387,23 @@ func parseQueue(d *caddyfile.Dispenser) (*route.Queue, error) {
 		}
 	}
 	return q, nil
+}
+
+// block calls fn with the name of each subdirective in the block at the
+// dispenser's nesting, refusing one given twice unless it is repeatable.
+func block(d *caddyfile.Dispenser, fn func(name string) error, repeatable ...string) error {
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] && !slices.Contains(repeatable, name) {
+			return d.Errf("duplicate %s", name)
+		}
+		seen[name] = true
+		if err := fn(name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stringArg reads exactly one argument, kept verbatim (placeholders included).

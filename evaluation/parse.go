@@ -90,13 +90,7 @@ func ParseRequest(body []byte) (*Request, error) {
 		}
 		return true
 	}
-	root := s.value(visitTop)
-	if s.err == nil {
-		s.skipSpace()
-		if s.pos < len(body) {
-			s.fail(s.pos, "Extra data")
-		}
-	}
+	root := s.document(visitTop)
 	if s.err != nil {
 		return nil, jsonInvalid(s.err)
 	}

@@ -49,9 +49,9 @@ func ParseResponse(body []byte) (*Response, error) {
 	s := scanner{b: body}
 	resp := &Response{}
 	var (
-		cur                                Answer
+		cur                                 Answer
 		visitAnswer, visitAnswers, visitTop func(key span) bool
-		visitUsage                         func(key span) bool
+		visitUsage                          func(key span) bool
 	)
 	number := func(sp span) (float64, bool) {
 		if sp.kind != kindNumber || s.err != nil {
@@ -115,13 +115,7 @@ func ParseResponse(body []byte) (*Response, error) {
 		}
 		return true
 	}
-	root := s.value(visitTop)
-	if s.err == nil {
-		s.skipSpace()
-		if s.pos < len(body) {
-			s.fail(s.pos, "Extra data")
-		}
-	}
+	root := s.document(visitTop)
 	if s.err != nil || root.kind != kindObject {
 		return nil, ErrUnreadable
 	}

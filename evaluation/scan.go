@@ -498,7 +498,18 @@ func isCJK(r rune) bool {
 // surrogates included), nesting at most 1,000 deep.
 func Valid(b []byte) bool {
 	s := scanner{b: b}
-	s.value(nil)
-	s.skipSpace()
-	return s.err == nil && s.pos == len(b)
+	s.document(nil)
+	return s.err == nil
+}
+
+// document scans a whole body: one value, then nothing but white space.
+func (s *scanner) document(visit func(key span) bool) span {
+	root := s.value(visit)
+	if s.err == nil {
+		s.skipSpace()
+		if s.pos < len(s.b) {
+			s.fail(s.pos, "Extra data")
+		}
+	}
+	return root
 }
