@@ -46,8 +46,9 @@ type redisStore struct {
 	now func() time.Time
 	// probeMin and probeMax bound the probe's backoff.
 	probeMin, probeMax time.Duration
-	// settleEvery is the pause after each flush of the queue.
-	settleEvery time.Duration
+	// settleEvery is the pause after each flush of the queue, in
+	// nanoseconds; atomic, so tests can lengthen it while the loop runs.
+	settleEvery atomic.Int64
 
 	failures      atomic.Int32 // consecutive outage errors
 	lost          atomic.Bool
@@ -76,21 +77,21 @@ func newRedisStore(urls []string, prefix string, timeout time.Duration, logger *
 		return nil, err
 	}
 	s := &redisStore{
-		client:      client,
-		release:     release,
-		prefix:      prefix,
-		timeout:     timeout,
-		logger:      logger,
-		probeMin:    100 * time.Millisecond,
-		probeMax:    5 * time.Second,
-		settleEvery: settleEvery,
-		settles:     make(map[string]pendingSettle),
-		holds:       make(map[string]time.Duration),
-		kick:        make(chan struct{}, 1),
-		drained:     make(chan chan struct{}),
-		done:        make(chan struct{}),
+		client:   client,
+		release:  release,
+		prefix:   prefix,
+		timeout:  timeout,
+		logger:   logger,
+		probeMin: 100 * time.Millisecond,
+		probeMax: 5 * time.Second,
+		settles:  make(map[string]pendingSettle),
+		holds:    make(map[string]time.Duration),
+		kick:     make(chan struct{}, 1),
+		drained:  make(chan chan struct{}),
+		done:     make(chan struct{}),
 	}
 	s.wg.Add(1)
+	s.settleEvery.Store(int64(settleEvery))
 	go s.settleLoop()
 	return s, nil
 }
@@ -335,7 +336,7 @@ func (s *redisStore) wake() {
 // or close does not wait.
 func (s *redisStore) settleLoop() {
 	defer s.wg.Done()
-	pause := time.NewTimer(s.settleEvery)
+	pause := time.NewTimer(time.Duration(s.settleEvery.Load()))
 	pause.Stop()
 	for {
 		select {
@@ -349,7 +350,7 @@ func (s *redisStore) settleLoop() {
 			s.flush()
 			return
 		}
-		pause.Reset(s.settleEvery)
+		pause.Reset(time.Duration(s.settleEvery.Load()))
 		select {
 		case <-pause.C:
 		case ch := <-s.drained:

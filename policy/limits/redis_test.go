@@ -453,7 +453,7 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 func TestRedisSettlementsAddUp(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false)
-	l.redis.settleEvery = time.Hour                    // only a drain ends the pause
+	l.redis.settleEvery.Store(int64(time.Hour))        // only a drain ends the pause
 	settle(l, mustAllow(t, l.Admit(bg, "warm", 1)), 0) // loads both scripts
 	hook := &countHook{}
 	l.redis.client.AddHook(hook)
