@@ -50,6 +50,7 @@ func TestFaultsRedis(t *testing.T) {
 	const bound = storeTimeout + time.Second
 	modes := []string{"local", "allow", "deny"}
 	type env struct {
+		t     *testing.T
 		redis *redistest.Server
 		proxy *faultproxy.Proxy
 	}
@@ -69,12 +70,12 @@ func TestFaultsRedis(t *testing.T) {
 		{name: "restarted", direct: true, breaks: true, stateLost: true, start: func(e env) { e.redis.Stop() }, clear: func(e env) { e.redis.Restart() }},
 		{name: "SCRIPT FLUSH", direct: true, start: func(e env) {
 			if reply, err := e.redis.Do("SCRIPT", "FLUSH"); err != nil || reply != "+OK" {
-				t.Fatalf("SCRIPT FLUSH: %q %v", reply, err)
+				e.t.Fatalf("SCRIPT FLUSH: %q %v", reply, err)
 			}
 		}, clear: func(env) {}},
 	} {
 		t.Run("redis "+f.name, func(t *testing.T) {
-			e := env{redis: redistest.Start(t)}
+			e := env{t: t, redis: redistest.Start(t)}
 			e.proxy = faultproxy.Start(t, e.redis.Addr)
 			addr := e.proxy.Addr()
 			if f.direct {

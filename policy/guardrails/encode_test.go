@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/systemone/systemone-gateway/bench/payload"
+	"github.com/systemone/systemone-gateway/evaluation"
 )
 
 // encoderRequest is the body as encoding/json writes it, the reference.
@@ -46,5 +49,37 @@ func TestRequestSize(t *testing.T) {
 	msgs := []Message{{RoleUser, strings.Repeat("a", 1000)}, {RoleAssistant, "ok"}}
 	if n, got := requestSize("m", msgs), len(appendRequest(nil, "m", msgs)); n < got {
 		t.Errorf("requestSize %d, body %d bytes: the buffer would grow", n, got)
+	}
+}
+
+// BenchmarkEncodeRequest measures encoding the service request for the
+// benchmark payloads' states, side by side with encoding/json.
+func BenchmarkEncodeRequest(b *testing.B) {
+	for _, p := range payload.All() {
+		if p.Size != payload.Large {
+			continue
+		}
+		req, err := evaluation.ParseRequest(p.Body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs, err := Messages(req.State)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(p.Name+"/append", func(b *testing.B) {
+			b.SetBytes(int64(len(req.State)))
+			b.ReportAllocs()
+			for b.Loop() {
+				appendRequest(make([]byte, 0, requestSize("Service-Guardrails-Text", msgs)), "Service-Guardrails-Text", msgs)
+			}
+		})
+		b.Run(p.Name+"/std_encoder", func(b *testing.B) {
+			b.SetBytes(int64(len(req.State)))
+			b.ReportAllocs()
+			for b.Loop() {
+				encoderRequest(b, "Service-Guardrails-Text", msgs)
+			}
+		})
 	}
 }
