@@ -213,7 +213,7 @@ func questionType(s *scanner, q questionSpans, id string, question []byte, e *er
 	}
 	tag := string(raw(s.b, q.typ))
 	if q.typ.kind == kindString {
-		tag = s.text(q.typ)
+		tag = s.typeName(q.typ)
 		switch tag {
 		case TypeNoul, TypeChoice, TypeScore:
 			return tag, true

@@ -65,7 +65,7 @@ func ParseResponse(body []byte) (*Response, error) {
 		case s.keyIs(key, "type"):
 			cur.Type = ""
 			if sp := s.value(nil); sp.kind == kindString && s.err == nil {
-				cur.Type = s.text(sp)
+				cur.Type = s.typeName(sp)
 			}
 		case s.keyIs(key, "noul"):
 			cur.Noul, cur.HasNoul = number(s.value(nil))

@@ -186,9 +186,9 @@ func (s *scanner) str() (escaped bool) {
 	b := s.b
 	start := s.pos
 	i := s.pos + 1
-	// CJK text is counted in locals: the loop below runs once per character.
+	// CJK text is counted in locals, the loop below runs once per
+	// character; a string that fails leaves the counts, and the scan, moot.
 	cjkRunes, cjkBytes := s.cjkRunes, s.cjkBytes
-	defer func() { s.cjkRunes, s.cjkBytes = cjkRunes, cjkBytes }()
 	for {
 		// The hot loop: plain ASCII text, eight bytes at a time, then
 		// byte by byte up to the first byte that needs a closer look.
@@ -206,6 +206,7 @@ func (s *scanner) str() (escaped bool) {
 		switch c := b[i]; {
 		case c == '"':
 			s.pos = i + 1
+			s.cjkRunes, s.cjkBytes = cjkRunes, cjkBytes
 			return escaped
 		case c == '\\':
 			escaped = true
@@ -422,6 +423,23 @@ func (s *scanner) text(sp span) string {
 		return string(raw)
 	}
 	return unescape(raw)
+}
+
+// typeName returns the text of a string span that names a question type:
+// the Type constant itself for the three the seed defines (no copy: every
+// question and answer has one), a decoded copy for anything else.
+func (s *scanner) typeName(sp span) string {
+	if !sp.escaped {
+		switch string(s.b[sp.start+1 : sp.end-1]) {
+		case TypeNoul:
+			return TypeNoul
+		case TypeChoice:
+			return TypeChoice
+		case TypeScore:
+			return TypeScore
+		}
+	}
+	return s.text(sp)
 }
 
 // keyIs reports whether a key span spells name (keys with escapes are decoded).

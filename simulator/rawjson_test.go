@@ -2,7 +2,10 @@ package simulator
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -108,16 +111,30 @@ func FuzzRawJSON(f *testing.F) {
 	})
 }
 
-// TestSeedsReadOnce: a question's seed is the hash of all four parts, whether
-// the state's part is hashed once per request or per question.
+// TestSeedsReadOnce: a question's seed is the SHA-256 of all four parts,
+// length-prefixed, as hashing them anew per question gives it: the state is
+// hashed once per request, and the answers are the same as before.
 func TestSeedsReadOnce(t *testing.T) {
-	q := question{id: "q1", raw: json.RawMessage(`{"type":"noul","instructions":"x"}`)}
-	s := newSeeder("service-1.0.0", []byte(`"state"`))
-	a, b := s.rand(q).Uint64(), s.rand(q).Uint64()
-	if a != b {
-		t.Fatalf("the same question seeds %d, then %d", a, b)
-	}
-	if other := newSeeder("service-1.0.0", []byte(`"other"`)).rand(q).Uint64(); other == a {
-		t.Fatal("another state seeds the same answer")
+	version, state := "service-1.0.0", []byte(`"the state"`)
+	s := newSeeder(version, state)
+	for _, q := range []question{
+		{id: "q1", raw: json.RawMessage(`{"type":"noul","instructions":"x"}`)},
+		{id: "q2", raw: json.RawMessage(`{"type":"score","instructions":"y","criteria":["a","b"]}`)},
+	} {
+		h := sha256.New()
+		for _, part := range [][]byte{[]byte(version), state, []byte(q.id), q.raw} {
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+			h.Write(n[:])
+			h.Write(part)
+		}
+		sum := h.Sum(nil)
+		want := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])))
+		got := s.rand(q)
+		for range 4 {
+			if g, w := got.Uint64(), want.Uint64(); g != w {
+				t.Fatalf("question %s: seeded stream %d, want %d", q.id, g, w)
+			}
+		}
 	}
 }

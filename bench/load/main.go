@@ -5,18 +5,20 @@
 //	go run ./bench/load -smoke          # seconds: CI's check that it still works
 //
 // It builds cmd/systemone-gateway and starts a redis-server, the simulated
-// upstream (no latency, no limits, no token budgets), and one Caddy process
-// serving four configurations on a port each, all in front of the same
-// upstream:
+// upstream (no latency, no limits, no token budgets), a guardrails stub
+// (this program, run again; see harness.ServeGuardrailsStubIfAsked), and one
+// Caddy process serving five configurations on a port each, all in front of
+// the same upstream:
 //
 //	P   plain reverse_proxy
 //	L   the gateway: Redis limits, breaker and routing
-//	G   L plus guardrails (the simulator's /v1/guardrails), uncached
+//	Lm  L with in-process limits: what L costs without its Redis round trip
+//	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
 //
 // For each payload it drives each configuration in turn, alternating (P, L,
-// G, GC, P, L, ...) for several rounds, first at a fixed concurrency and then
-// at a fixed rate, and prints per configuration the medians over the rounds
+// Lm, G, GC, P, L, ...) for several rounds, first at a fixed concurrency and
+// then at a fixed rate, and prints per configuration the medians over the rounds
 // of requests/s, p50/p90/p99 latency, CPU time per request of each process,
 // Redis commands per request, and the ratios to P measured in the same
 // round. It also counts, with MONITOR, the Redis commands each gateway
@@ -34,7 +36,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -59,15 +60,16 @@ type options struct {
 }
 
 func main() {
+	harness.ServeGuardrailsStubIfAsked()
 	var o options
 	var names string
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured run (one configuration, one payload, one mode)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds over the configurations; medians are reported")
 	flag.IntVar(&o.concurrency, "concurrency", 16, "clients in the fixed-concurrency runs")
-	flag.Float64Var(&o.rateShare, "rate", 0.5, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
+	flag.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
 	flag.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads")
 	flag.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
-	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks answers, reports no targets")
+	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
 	flag.Parse()
 	if o.smoke {
 		o.duration, o.rounds, o.concurrency = 400*time.Millisecond, 1, 4
@@ -104,7 +106,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin\n", len(harness.Keys))
 	printPayloads(out, payloads)
 
-	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, proxy ...")
+	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, guardrails stub, proxy ...")
 	stack, err := harness.StartStack(ctx)
 	if err != nil {
 		return err
@@ -160,7 +162,7 @@ type payloadResult struct {
 type measure struct {
 	res harness.Result
 	// cpu is CPU time per request of each process: proxy, simulator,
-	// redis, and client (this program).
+	// guardrails (the stub), redis, and client (this program).
 	cpu map[string]time.Duration
 	// redis is Redis commands run per request, by command.
 	redis map[string]float64
@@ -169,47 +171,10 @@ type measure struct {
 	others float64
 }
 
-// requests returns the requests for one configuration and payload, one per
-// key, each expecting want.
-func (b *bench) requests(config string, p payload.Payload, want []byte) []harness.Request {
-	reqs := make([]harness.Request, len(harness.Keys))
-	for i, key := range harness.Keys {
-		reqs[i] = harness.Request{
-			URL: b.stack.URLs[config] + "/v1/systemone", Key: key, Body: p.Body, Want: want,
-			Check: headerCheck(config),
-		}
-	}
-	return reqs
-}
-
-// headerCheck makes sure an answer went through the configuration's
-// policies (and that P's went through none).
-func headerCheck(config string) func(http.Header) error {
-	type field struct{ name, want string }
-	want := []field{{"X-Route-Model", ""}, {"X-Ratelimit-Limit-Requests", ""}, {"X-Guardrails-Action", ""}, {"X-Guardrails-Risk", ""}}
-	if config != harness.Plain {
-		want[0].want, want[1].want = "service-1.0.0", "10000000"
-	}
-	if config == harness.Guardrails || config == harness.GuardrailsCached {
-		want[2].want, want[3].want = "pass", "none"
-	}
-	return func(h http.Header) error {
-		for _, f := range want {
-			if got := h.Get(f.name); got != f.want {
-				return fmt.Errorf("header %s is %q, want %q", f.name, got, f.want)
-			}
-		}
-		if r := h.Get("X-Route"); config != harness.Plain && r != "auto" && r != "human" {
-			return fmt.Errorf("header X-Route is %q", r)
-		}
-		return nil
-	}
-}
-
 func (b *bench) payload(ctx context.Context, p payload.Payload) error {
 	// The reference: the upstream's own answer, asked directly, twice (the
 	// simulator must be deterministic for the comparison to mean anything).
-	want, err := b.reference(ctx, p)
+	want, err := b.stack.Reference(ctx, b.driver, p.Body)
 	if err != nil {
 		return err
 	}
@@ -217,7 +182,7 @@ func (b *bench) payload(ctx context.Context, p payload.Payload) error {
 	pr := payloadResult{p: p, runs: map[string]map[string][]measure{closedLoop: {}, openLoop: {}}}
 	reqs := make(map[string][]harness.Request)
 	for _, c := range harness.Configs {
-		reqs[c] = b.requests(c, p, want)
+		reqs[c] = b.stack.Requests(c, p.Body, want)
 		// Warm up: connections, scripts loaded in Redis, the verdict cache.
 		warm := b.driver.Closed(ctx, reqs[c], b.o.concurrency, min(b.o.duration/2, time.Second))
 		if warm.Err != nil {
@@ -260,28 +225,12 @@ func (b *bench) payload(ctx context.Context, p payload.Payload) error {
 	return nil
 }
 
-// reference returns the upstream's own answer to p, asked directly, twice:
-// the simulator must be deterministic for the comparison to mean anything.
-func (b *bench) reference(ctx context.Context, p payload.Payload) ([]byte, error) {
-	direct := harness.Request{URL: b.stack.SimulatorURL + "/v1/systemone", Key: harness.Keys[0], Body: p.Body}
-	want, err := b.driver.Answer(ctx, direct)
-	if err != nil {
-		return nil, fmt.Errorf("asking the upstream directly: %w", err)
-	}
-	direct.Want = want
-	var again bytes.Buffer
-	if err := b.driver.Do(ctx, direct, &again); err != nil {
-		return nil, fmt.Errorf("the upstream's answers to two identical requests differ: %w", err)
-	}
-	return want, nil
-}
-
 // measure runs drive and reads the processes' CPU time and Redis's command
 // counters around it.
 func (b *bench) measure(ctx context.Context, config string, drive func() harness.Result) (measure, error) {
 	procs := map[string]int{
 		"proxy": b.stack.Proxy.PID(), "simulator": b.stack.Simulator.PID(),
-		"redis": b.stack.Redis.PID(), "client": 0,
+		"guardrails": b.stack.GuardrailsStub.PID(), "redis": b.stack.Redis.PID(), "client": 0,
 	}
 	cpuBefore := make(map[string]time.Duration)
 	for name, pid := range procs {
@@ -370,13 +319,13 @@ func (b *bench) pingRedis(ctx context.Context) func() []time.Duration {
 func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 	const n = 50
 	fmt.Fprintf(b.out, "\n## Redis commands per request (MONITOR, %d sequential requests of %s)\n\n", n, p.Name)
-	want, err := b.reference(ctx, p)
+	want, err := b.stack.Reference(ctx, b.driver, p.Body)
 	if err != nil {
 		return err
 	}
 	tw := newTable(b.out, "config", "before forwarding", "after the answer", "admission scripts", "cache GET", "settle scripts", "other")
 	for _, c := range harness.Configs[1:] {
-		reqs := b.requests(c, p, want)
+		reqs := b.stack.Requests(c, p.Body, want)
 		mctx, cancel := context.WithCancel(ctx)
 		cmds, err := b.stack.Redis.Monitor(mctx)
 		if err != nil {
@@ -457,7 +406,7 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 	fmt.Fprintf(b.out, "\nprofiles in %s:\n", b.o.profileDir)
 	secs := max(int(b.o.duration.Seconds()), 1)
 	for _, p := range payloads {
-		want, err := b.reference(ctx, p)
+		want, err := b.stack.Reference(ctx, b.driver, p.Body)
 		if err != nil {
 			return err
 		}
@@ -471,7 +420,7 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 				}
 				got <- err
 			}()
-			res := b.driver.Closed(ctx, b.requests(c, p, want), b.o.concurrency, time.Duration(secs)*time.Second+500*time.Millisecond)
+			res := b.driver.Closed(ctx, b.stack.Requests(c, p.Body, want), b.o.concurrency, time.Duration(secs)*time.Second+500*time.Millisecond)
 			if err := errors.Join(res.Err, <-got); err != nil {
 				return fmt.Errorf("profiling %s %s: %w", p.Name, c, err)
 			}

@@ -32,7 +32,7 @@ func (b *bench) report() {
 			fmt.Fprintf(b.out, "\n## Fixed rate: %.0f%% of P's fixed-concurrency throughput, medians of %d rounds of %v\n\n", 100*b.o.rateShare, b.o.rounds, b.o.duration)
 		}
 		tw := newTable(b.out, "payload", "config", "req/s", "p50 ms", "p90 ms", "p99 ms", "req/s ÷ P", "p50 − P ms",
-			"proxy CPU µs/req", "upstream µs/req", "redis µs/req", "client µs/req", "scripts/req", "others %")
+			"proxy CPU µs/req", "upstream µs/req", "guardrails µs/req", "redis µs/req", "client µs/req", "scripts/req", "others %")
 		for _, pr := range b.results {
 			runs := pr.runs[mode]
 			for _, c := range harness.Configs {
@@ -55,13 +55,17 @@ func (b *bench) report() {
 					fmt.Sprintf("%.2f", ms2(medianDur(ms, func(m measure) time.Duration { return m.res.Percentile(0.90) }))),
 					fmt.Sprintf("%.2f", ms2(medianDur(ms, func(m measure) time.Duration { return m.res.Percentile(0.99) }))),
 					ratio, delta,
-					cpuCell(ms, "proxy"), cpuCell(ms, "simulator"), cpuCell(ms, "redis"), cpuCell(ms, "client"),
+					cpuCell(ms, "proxy"), cpuCell(ms, "simulator"), cpuCell(ms, "guardrails"), cpuCell(ms, "redis"), cpuCell(ms, "client"),
 					redisCell(ms), othersCell(ms))
 			}
 		}
 		tw.flush()
 	}
-	b.targets()
+	if b.o.smoke {
+		fmt.Fprintf(b.out, "\nsmoke run: too short to judge the targets; BENCHMARKS.md has a full run\n")
+	} else {
+		b.targets()
+	}
 	b.growth()
 }
 
@@ -93,7 +97,11 @@ func (b *bench) targets() {
 // plain reverse_proxy's) grows with the payload.
 func (b *bench) growth() {
 	fmt.Fprintf(b.out, "\n## Cost growth: proxy CPU µs per request over P's, fixed concurrency\n\n")
-	tw := newTable(b.out, "payload", "body KiB", "questions", "P proxy µs/req", "L − P", "G − P", "GC − P", "upstream µs/req")
+	header := []string{"payload", "body KiB", "questions", "P proxy µs/req"}
+	for _, c := range harness.Configs[1:] {
+		header = append(header, c+" − P")
+	}
+	tw := newTable(b.out, append(header, "upstream µs/req")...)
 	for _, pr := range b.results {
 		runs := pr.runs[closedLoop]
 		plain := cpuOf(runs[harness.Plain], "proxy")

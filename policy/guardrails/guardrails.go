@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -208,9 +209,13 @@ type serviceRequest struct {
 
 // ask sends msgs to the service and reads its verdict.
 func (c *Checker) ask(ctx context.Context, msgs []Message) (assessment, error) {
-	// Without HTML escaping: the service should read the text as sent.
-	body := appendRequest(make([]byte, 0, requestSize(c.cfg.Model, msgs)), c.cfg.Model, msgs)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false) // the service should read the text as sent
+	if err := enc.Encode(serviceRequest{Model: c.cfg.Model, Messages: msgs}); err != nil {
+		return assessment{}, fmt.Errorf("guardrails: encoding request: %v", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, &body)
 	if err != nil {
 		return assessment{}, fmt.Errorf("guardrails: %v", err)
 	}

@@ -35,6 +35,11 @@ type Process struct {
 // StartProcess starts bin with args in dir; its output goes to
 // dir/<name>.log.
 func StartProcess(name, dir, bin string, args ...string) (*Process, error) {
+	return startProcessEnv(name, dir, nil, bin, args...)
+}
+
+// startProcessEnv is StartProcess with env added to the environment.
+func startProcessEnv(name, dir string, env []string, bin string, args ...string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -42,6 +47,7 @@ func StartProcess(name, dir, bin string, args ...string) (*Process, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a Ctrl-C to the benchmark reaches the
 	// benchmark, which then stops its children in order.

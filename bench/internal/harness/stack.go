@@ -19,6 +19,10 @@ const (
 	Plain = "P"
 	// Limits is the gateway with Redis limits, the breaker and routing.
 	Limits = "L"
+	// LimitsLocal is Limits with in-process buckets: no Redis round trip.
+	// It is not one of issue 7's configurations; it tells what the round
+	// trip costs.
+	LimitsLocal = "Lm"
 	// Guardrails is Limits plus an uncached guardrails check.
 	Guardrails = "G"
 	// GuardrailsCached is Guardrails with the verdict cache (in Redis) hot.
@@ -26,7 +30,7 @@ const (
 )
 
 // Configs lists the configurations in the order they run.
-var Configs = []string{Plain, Limits, Guardrails, GuardrailsCached}
+var Configs = []string{Plain, Limits, LimitsLocal, Guardrails, GuardrailsCached}
 
 // Keys are the bearer keys the benchmarks spread requests over: each is an
 // organization with buckets of its own, as real traffic has several.
@@ -39,7 +43,10 @@ type Stack struct {
 	Dir       string
 	Redis     *Redis
 	Simulator *Process
-	Proxy     *Process
+	// GuardrailsStub is G's and GC's guardrails service (see
+	// ServeGuardrailsStubIfAsked).
+	GuardrailsStub *Process
+	Proxy          *Process
 	// SimulatorURL is the upstream's base URL; URLs maps each of Configs
 	// to its proxy's base URL.
 	SimulatorURL string
@@ -92,6 +99,11 @@ func (s *Stack) start(ctx context.Context) error {
 		return err
 	}
 
+	var guardrailsURL string
+	if s.GuardrailsStub, guardrailsURL, err = startGuardrailsStub(s.Dir); err != nil {
+		return err
+	}
+
 	sites := make(map[string]int)
 	var addrs []string
 	for i, name := range Configs {
@@ -99,7 +111,7 @@ func (s *Stack) start(ctx context.Context) error {
 		s.URLs[name] = "http://127.0.0.1:" + strconv.Itoa(ports[3+i])
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(ports[3+i]))
 	}
-	s.Caddyfile = proxyCaddyfile(proxyAdmin, s.Dir, simPort, s.Redis.URL(), sites)
+	s.Caddyfile = proxyCaddyfile(proxyAdmin, s.Dir, simPort, guardrailsURL, s.Redis.URL(), sites)
 	proxyFile := filepath.Join(s.Dir, "proxy.Caddyfile")
 	if err := os.WriteFile(proxyFile, []byte(s.Caddyfile), 0o644); err != nil {
 		return err
@@ -124,7 +136,7 @@ func startCaddy(name, dir, bin, config string, addrs []string) (*Process, error)
 
 // Stop stops every process and removes the directory.
 func (s *Stack) Stop() {
-	for _, p := range []*Process{s.Proxy, s.Simulator} {
+	for _, p := range []*Process{s.Proxy, s.Simulator, s.GuardrailsStub} {
 		if p != nil {
 			p.Stop()
 		}
@@ -137,7 +149,7 @@ func (s *Stack) Stop() {
 
 // Alive reports an error if a process of the stack has exited.
 func (s *Stack) Alive() error {
-	for _, p := range []*Process{s.Proxy, s.Simulator, s.Redis.Process} {
+	for _, p := range []*Process{s.Proxy, s.Simulator, s.GuardrailsStub, s.Redis.Process} {
 		if p.Exited() {
 			return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20))
 		}
@@ -184,7 +196,7 @@ func simulatorCaddyfile(port, admin int, dir string) string {
 // proxyCaddyfile serves each configuration on its own port, in front of the
 // same upstream. The limits are far above the load, so that the checks run
 // on every request and never refuse one.
-func proxyCaddyfile(admin int, dir string, upstream int, redisURL string, sites map[string]int) string {
+func proxyCaddyfile(admin int, dir string, upstream int, guardrailsURL, redisURL string, sites map[string]int) string {
 	up := "127.0.0.1:" + strconv.Itoa(upstream)
 	limits := fmt.Sprintf(`		limits {
 			redis %s
@@ -192,7 +204,8 @@ func proxyCaddyfile(admin int, dir string, upstream int, redisURL string, sites 
 			tokens_per_second   10000000
 			token_burst         10000000
 		}
-		breaker {
+`, redisURL)
+	policies := `		breaker {
 			failures  5
 			open_for  30s
 			half_open 1
@@ -205,18 +218,19 @@ func proxyCaddyfile(admin int, dir string, upstream int, redisURL string, sites 
 			}
 			unpinned human
 		}
-`, redisURL)
+`
 	guardrails := func(extra string) string {
-		return fmt.Sprintf(`		guardrails http://%s {
+		return fmt.Sprintf(`		guardrails %s {
 			api_key bench-guardrails-key
 			timeout 2s
 %s		}
-`, up, extra)
+`, guardrailsURL, extra)
 	}
 	gateway := map[string]string{
-		Limits:           limits,
-		Guardrails:       limits + guardrails(""),
-		GuardrailsCached: limits + guardrails("\t\t\tcache 10m\n"),
+		Limits:           limits + policies,
+		LimitsLocal:      strings.Replace(limits, "\t\t\tredis "+redisURL+"\n", "", 1) + policies,
+		Guardrails:       limits + policies + guardrails(""),
+		GuardrailsCached: limits + policies + guardrails("\t\t\tcache 10m\n"),
 	}
 	var b strings.Builder
 	b.WriteString(globalOptions(admin, dir, "proxy"))

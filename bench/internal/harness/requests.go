@@ -1,0 +1,61 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+)
+
+// Reference returns the upstream's own answer to body, asked directly,
+// twice: the simulator must be deterministic for a comparison with it to
+// mean anything.
+func (s *Stack) Reference(ctx context.Context, d *Driver, body []byte) ([]byte, error) {
+	direct := Request{URL: s.SimulatorURL + "/v1/systemone", Key: Keys[0], Body: body}
+	want, err := d.Answer(ctx, direct)
+	if err != nil {
+		return nil, fmt.Errorf("asking the upstream directly: %w", err)
+	}
+	direct.Want = want
+	var again bytes.Buffer
+	if err := d.Do(ctx, direct, &again); err != nil {
+		return nil, fmt.Errorf("the upstream's answers to two identical requests differ: %w", err)
+	}
+	return want, nil
+}
+
+// Requests returns the requests of config for body, one per key, each
+// expecting want and the configuration's headers.
+func (s *Stack) Requests(config string, body, want []byte) []Request {
+	reqs := make([]Request, len(Keys))
+	check := HeaderCheck(config)
+	for i, key := range Keys {
+		reqs[i] = Request{URL: s.URLs[config] + "/v1/systemone", Key: key, Body: body, Want: want, Check: check}
+	}
+	return reqs
+}
+
+// HeaderCheck makes sure an answer went through the configuration's
+// policies: the gateway's X-RateLimit-* and X-Route* headers, and its
+// X-Guardrails-* with guardrails on. P's answers must carry none.
+func HeaderCheck(config string) func(http.Header) error {
+	type field struct{ name, want string }
+	want := []field{{"X-Route-Model", ""}, {"X-Ratelimit-Limit-Requests", ""}, {"X-Guardrails-Action", ""}, {"X-Guardrails-Risk", ""}}
+	if config != Plain {
+		want[0].want, want[1].want = "service-1.0.0", "10000000"
+	}
+	if config == Guardrails || config == GuardrailsCached {
+		want[2].want, want[3].want = "pass", "none"
+	}
+	return func(h http.Header) error {
+		for _, f := range want {
+			if got := h.Get(f.name); got != f.want {
+				return fmt.Errorf("header %s is %q, want %q", f.name, got, f.want)
+			}
+		}
+		if r := h.Get("X-Route"); config != Plain && r != "auto" && r != "human" {
+			return fmt.Errorf("header X-Route is %q", r)
+		}
+		return nil
+	}
+}
