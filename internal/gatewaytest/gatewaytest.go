@@ -27,6 +27,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/systemone/systemone-gateway"
+	"github.com/systemone/systemone-gateway/internal/redistest"
 )
 
 // Gateway is a loaded Caddy config.
@@ -152,15 +153,7 @@ func (l logFile) RawLog() []byte {
 }
 
 // FreePort returns a loopback port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func FreePort(t testing.TB) int { return redistest.FreePort(t) }
 
 // Recorded is one request as an upstream received it.
 type Recorded struct {

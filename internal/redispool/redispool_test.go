@@ -79,7 +79,6 @@ func TestSingleServerTuning(t *testing.T) {
 
 func TestClusterAndForKey(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	clusterReady(t, cluster)
 	c, release, err := Acquire(cluster.URLs())
 	if err != nil {
 		t.Fatal(err)
@@ -192,26 +191,5 @@ func TestContextDeadlineBoundsEveryCall(t *testing.T) {
 	err = c.Ping(ctx).Err()
 	if took := time.Since(start); err == nil || took > 2*time.Second {
 		t.Fatalf("PING to a black hole: %v after %s", err, took)
-	}
-}
-
-// clusterReady waits until every node of c reports cluster_state:ok:
-// redistest.StartCluster waits for the first node only.
-func clusterReady(t testing.TB, c *redistest.Cluster) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, n := range c.Nodes {
-		client := redis.NewClient(&redis.Options{Addr: n.Addr})
-		for {
-			info, _ := client.ClusterInfo(context.Background()).Result()
-			if strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s: cluster not ready:\n%s", n.Addr, info)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		_ = client.Close()
 	}
 }

@@ -1,0 +1,42 @@
+package rawjson
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestUnquote(t *testing.T) {
+	for _, s := range []string{`""`, `"plain"`, `"a\"b\\c\/\b\f\n\r\t"`, `"\u4e2d\u6587"`, `"\ud83d\ude00"`, `"\ud800x"`, `"中文"`} {
+		var want string
+		if err := json.Unmarshal([]byte(s), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := Unquote([]byte(s)); got != want {
+			t.Errorf("Unquote(%s) = %q, want %q (encoding/json)", s, got, want)
+		}
+	}
+	if got := Unquote([]byte("\"a\xffb\"")); got != "a\ufffdb" {
+		t.Errorf("invalid UTF-8: %q", got)
+	}
+	if Unquote(nil) != "" || Unquote([]byte(`"`)) != "" {
+		t.Error("short input")
+	}
+}
+
+func TestEnds(t *testing.T) {
+	b := []byte(` {"a":["x\"]",{"b":1}],"c":true} , 12.5e3]`)
+	i := SkipSpace(b, 0)
+	if end := ValueEnd(b, i); string(b[i:end]) != `{"a":["x\"]",{"b":1}],"c":true}` {
+		t.Errorf("object: %s", b[i:end])
+	}
+	if end := StringEnd(b, 7); string(b[7:end]) != `"x\"]"` {
+		t.Errorf("string: %s", b[7:end])
+	}
+	n := SkipSpace(b, SkipSpace(b, ValueEnd(b, i))+1) // past the comma
+	if end := ValueEnd(b, n); string(b[n:end]) != "12.5e3" {
+		t.Errorf("number: %s", b[n:end])
+	}
+	if At(b, len(b)) != 0 || ValueEnd(b, len(b)) != len(b) || !Plain([]byte("abc")) || Plain([]byte(`a\n`)) {
+		t.Error("bounds or Plain")
+	}
+}
