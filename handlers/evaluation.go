@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		x.status = http.StatusBadRequest
 		return caddyhttp.Error(http.StatusBadRequest, err) // the client went away mid-body
 	}
-	upstreamBody := &requestBody{Reader: bytes.NewReader(body)}
+	upstreamBody := newRequestBody(body)
 	defer func() {
 		// The transport may still read the body after next returns, and a
 		// parallel guardrails check the state in it: the buffer is reused
@@ -138,6 +139,17 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	r.Body = body
 	x.forwarded = true
 	started := h.now()
+	defer func() {
+		// An answer that broke off after part of it reached the client
+		// aborts the handler (the connection must break): it still counts
+		// as the upstream's failure, is not billed, and is logged as one.
+		if rec.brokeOff {
+			x.status, x.upstream = http.StatusBadGateway, h.now().Sub(started)
+			if x.ticket != nil {
+				x.ticket.Done(x.status, errIncompleteResponse)
+			}
+		}
+	}()
 	err := rec.serve(next, r)
 	sent := rec.finish()
 	if sent {
@@ -259,16 +271,34 @@ func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// requestBody is the body handed to the upstream; it records when the
-// transport is done with it, so its buffer can be reused safely.
+// requestBody is the body handed to the upstream. Its buffer is pooled, so
+// it must know when the transport is done with it: Close (which the
+// transport always calls, sometimes from another goroutine, even while a
+// Read is under way on HTTP/2) waits for any Read in progress, and no Read
+// touches the buffer after it.
 type requestBody struct {
-	*bytes.Reader
+	mu     sync.Mutex
+	r      *bytes.Reader
 	closed atomic.Bool
+}
+
+func newRequestBody(b []byte) *requestBody { return &requestBody{r: bytes.NewReader(b)} }
+
+// Read implements io.Reader.
+func (b *requestBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.Read(p)
 }
 
 // Close implements io.Closer.
 func (b *requestBody) Close() error {
+	b.mu.Lock()
 	b.closed.Store(true)
+	b.mu.Unlock()
 	return nil
 }
 

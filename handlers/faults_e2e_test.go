@@ -521,11 +521,17 @@ func TestFaultsUpstream(t *testing.T) {
 			_, _ = w.Write(bytes.Repeat([]byte(" "), 10<<20))
 			breakConn(w, false)
 		}))
-		sites, url := site(t, up.Addr(), routeBlock)
-		gatewaytest.Load(t, sites)
+		sites, url := site(t, up.Addr(), routeBlock+"\t\tlimits\n\t\tbreaker\n")
+		g := gatewaytest.Load(t, sites)
 		r := newClient(t).post(url, "stream", smallBody)
 		if r.err == nil {
 			t.Errorf("%d and %d bytes of a 20 MiB body that broke off at 10 MiB, read without error", r.status, len(r.body))
+		}
+		// It is the upstream's failure: logged as 502, not billed, and
+		// counted by the breaker.
+		waitLog(t, g.Log, "systemone request", 1, 5*time.Second)
+		if e := g.Entries()[0]; e["status"] != float64(502) || e["breaker_state"] != "closed" {
+			t.Errorf("log entry %v, want status 502", e)
 		}
 	})
 

@@ -37,6 +37,7 @@ type interceptor struct {
 	wroteHeader bool // the upstream wrote its header
 	committed   bool // the client has the header
 	discard     bool // commit said to drop the upstream's response
+	brokeOff    bool // the upstream's body broke off after part of it reached the client
 }
 
 func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, owned []string, commit commitFunc) *interceptor {
@@ -59,6 +60,7 @@ func (i *interceptor) serve(next caddyhttp.Handler, r *http.Request) (err error)
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler || i.committed {
+				i.brokeOff = v == http.ErrAbortHandler
 				panic(v)
 			}
 			i.status, i.wroteHeader = 0, false
