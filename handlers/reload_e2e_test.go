@@ -26,7 +26,7 @@ import (
 // still in the old listening socket's accept queue (Caddy listens with
 // SO_REUSEPORT; Linux resets those when the socket closes). Nothing on such a
 // connection reached the gateway, so the clients here do what clients that
-// retry connection errors do: send the request again, at most twice. The
+// retry connection errors do: send the request again (on a fresh connection, at most five times). The
 // test checks that the gateway never processed a request whose connection
 // failed: the upstream saw exactly the requests whose answers the clients
 // got.
@@ -70,8 +70,12 @@ func TestReloadUnderLoad(t *testing.T) {
 			var failures sync.Map
 			post := func(key, body string, header ...string) result {
 				r := c.post(url, key, body, header...)
-				for attempt := 1; r.err != nil && attempt <= 2; attempt++ {
+				for attempt := 1; r.err != nil && attempt <= 5; attempt++ {
 					retried.Add(1)
+					// The reload closed the old server's keep-alive
+					// connections: retry on a fresh one, not on the next
+					// stale connection in the pool.
+					c.closeIdle()
 					r = c.post(url, key, body, header...)
 				}
 				switch {
