@@ -10,17 +10,6 @@ import (
 	"testing"
 )
 
-type guardrailsJSON struct {
-	ID     string `json:"id"`
-	Result struct {
-		Compliance guardrailsVerdict `json:"compliance"`
-		Security   guardrailsVerdict `json:"security"`
-	} `json:"result"`
-	OverallRiskLevel string `json:"overall_risk_level"`
-	SuggestAction    string `json:"suggest_action"`
-	SuggestAnswer    string `json:"suggest_answer"`
-}
-
 func guardrailsBody(t *testing.T, messages ...string) string {
 	t.Helper()
 	type message struct {
@@ -39,13 +28,13 @@ func guardrailsBody(t *testing.T, messages ...string) string {
 }
 
 // check sends role, content pairs and returns the verdict.
-func check(t *testing.T, h http.Handler, messages ...string) guardrailsJSON {
+func check(t *testing.T, h http.Handler, messages ...string) guardrailsResponse {
 	t.Helper()
 	rec := do(h, http.MethodPost, "/v1/guardrails", guardrailsBody(t, messages...))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	var v guardrailsJSON
+	var v guardrailsResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +47,7 @@ func TestGuardrailsShape(t *testing.T) {
 		t.Fatalf("status %d, content-type %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	const want = `{"id":"ID","result":{"compliance":{"risk_level":"无风险","categories":[]},"security":{"risk_level":"无风险","categories":[]}},"overall_risk_level":"无风险","suggest_action":"通过","suggest_answer":""}`
-	var v guardrailsJSON
+	var v guardrailsResponse
 	_ = json.Unmarshal(rec.Body.Bytes(), &v)
 	if v.ID == "" {
 		t.Fatalf("no id: %s", rec.Body)
