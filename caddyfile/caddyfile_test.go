@@ -83,7 +83,8 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n limits {\n org a\n }\n}":             "overrides nothing",
 		"systemone {\n limits {\n org a {\n x 1\n }\n }\n}": "unknown org subdirective",
 		"systemone {\n limits {\n org a {\n token_burst 1\n }\n org a {\n token_burst 2\n }\n }\n}": "duplicate org",
-		"systemone {\n limits {\n redis\n }\n}":                                                     "wrong argument count",
+		"systemone {\n limits {\n redis\n }\n}":                                                     "redis moved from the limits block to the systemone block",
+		"systemone {\n redis\n}":                                                                    "wrong argument count",
 		"systemone {\n guardrails\n}":                                                               "base URL",
 		"systemone {\n guardrails http://g {\n api_key k\n block high\n review high\n }\n}":         "both block and review",
 		"systemone {\n guardrails http://g {\n api_key k\n block_category nudity\n }\n}":            "not one of",
@@ -93,7 +94,7 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n route {\n pin v {\n question q 0.5\n question q 0.6\n }\n }\n}":              "two thresholds",
 		"systemone {\n route {\n unpinned maybe\n }\n}":                                             "not one of",
 		"systemone {\n route {\n queue s maxlen 5 flush\n }\n}":                                     "include_content",
-		"systemone {\n route {\n pin v {\n choice -0.1\n }\n }\n}":                                  "from 0 to 1",
+		"systemone {\n route {\n pin v {\n choice -0.1\n }\n }\n}":                                  "threshold -0.1 is outside 0..1",
 	} {
 		_, err := parseString(t, input)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -18,6 +18,7 @@ const (
 	rejectGuardrailsDown   = "guardrails_unavailable"
 	rejectLimiterDown      = "rate_limiter_unavailable"
 	rejectBreakerOpen      = "breaker_open"
+	rejectUpstreamError    = "upstream_error"
 	headerGatewayReject    = "X-Gateway-Reject"
 	headerRetryAfter       = "Retry-After"
 	contentTypeJSON        = "application/json"
@@ -26,7 +27,12 @@ const (
 	bodyGuardrailsDown     = `{"detail":"guardrails_unavailable"}`
 	bodyLimiterDown        = `{"detail":"rate_limiter_unavailable"}`
 	bodyOverloaded         = `{"detail":"overloaded"}`
+	bodyUpstreamDown       = `{"detail":"upstream_unavailable"}`
+	bodyUpstreamTimeout    = `{"detail":"upstream_timeout"}`
 	defaultRetryAfterShort = time.Second
+	// statusClientClosed is nginx's 499, which reverse_proxy reports for a
+	// client that went away.
+	statusClientClosed = 499
 )
 
 // answer is a response the gateway gives itself, never forwarded upstream.

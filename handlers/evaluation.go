@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -24,12 +21,18 @@ import (
 var errTooLarge = errors.New("request body over max_body")
 
 // serveEvaluation is the pipeline for POST .../v1/systemone, in order:
-// identity, body, validation, breaker, limits, guardrails, the upstream, and
-// on the way back the answer's reading, routing, and the token settlement.
-// Each step either passes the request on or answers for the upstream.
+// identity, the org's known refusal, body and validation, breaker, the one
+// admission, guardrails, the upstream, and on the way back the answer's
+// reading, routing and the token settlement. Each step either passes the
+// request on or answers for the upstream.
 func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	x := &exchange{start: h.now()}
-	defer h.record(x)
+	defer func() {
+		// The log record is complete before the handler lets go of the
+		// body, whose buffer may then go to another request.
+		h.record(x)
+		x.body.release()
+	}()
 
 	key, ok := identity.BearerKey(r.Header)
 	if ok {
@@ -39,93 +42,133 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		return x.answer(w, answer{status: http.StatusUnauthorized, reason: rejectInvalidKey, body: []byte(bodyInvalidKey)})
 	}
 
-	buf := buffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	body, err := h.readBody(r, buf)
-	if err != nil {
-		buffers.Put(buf)
-		if errors.Is(err, errTooLarge) {
-			return h.refuseEarly(r.Context(), w, x, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
+	// The cheap refusal first: an org this instance knows to be over its
+	// per-minute limit is refused before its body is read.
+	if h.limiter != nil {
+		if d, over := h.limiter.KnownOver(x.org); over {
+			x.limits = &d
+			if r.ProtoMajor == 1 && r.ContentLength != 0 {
+				// Or net/http would read (up to 256 KiB of) the body the
+				// refusal exists not to read, to keep the connection.
+				w.Header().Set("Connection", "close")
+			}
+			a, _ := limitAnswer(d)
+			return x.answer(w, a)
 		}
+	}
+
+	refusal, err := h.inspect(r, x)
+	if err != nil {
 		x.status = http.StatusBadRequest
 		return caddyhttp.Error(http.StatusBadRequest, err) // the client went away mid-body
 	}
-	upstreamBody := newRequestBody(body)
-	defer func() {
-		// The transport may still read the body after next returns, and a
-		// parallel guardrails check the state in it: the buffer is reused
-		// only once the transport has closed it (or never got it) and no
-		// check is left running (next may have panicked before its verdict).
-		if (!x.forwarded || upstreamBody.closed.Load()) && !x.checking {
-			buffers.Put(buf)
+	if refusal == nil && h.breakers != nil {
+		ticket, open := h.breakers.Allow(x.req.ModelOrDefault())
+		if open != nil {
+			x.breakerState = open.State
+			refusal = &answer{status: 529, reason: rejectBreakerOpen, body: []byte(bodyOverloaded), retryAfter: open.RetryAfter}
+		} else {
+			x.ticket = ticket
+			defer ticket.Cancel() // a request that ends before the upstream answers counts for nothing
 		}
-	}()
+	}
 
+	// One admission per request, refused or not, so that no client can
+	// make the gateway read and parse bodies for free: a request to be
+	// forwarded pays both buckets, one the gateway refuses itself counts
+	// one request and carries the headers of that admission.
+	if h.limiter != nil {
+		var d limits.Decision
+		if refusal == nil {
+			d = h.limiter.Admit(r.Context(), x.org, x.req.EstimatedTokens)
+			defer func() { h.limiter.Settle(d, x.billedTokens(d.Charged)) }()
+		} else {
+			d = h.limiter.AdmitRequest(r.Context(), x.org)
+		}
+		x.limits = &d
+		if a, refused := limitAnswer(d); refused {
+			return x.answer(w, a)
+		}
+	}
+	if refusal != nil {
+		return x.answer(w, *refusal)
+	}
+
+	if h.guardrails != nil {
+		h.startCheck(r.Context(), x)
+		if !h.guardrails.Parallel() {
+			if a, refused := x.refusedByVerdict(); refused {
+				return x.answer(w, a)
+			}
+		}
+	}
+	return h.forward(w, r, next, x)
+}
+
+// inspect reads the body (into x.body, at most max_body), decodes a
+// compressed one for reading and validates it (x.req). It returns the
+// gateway's answer for a body it refuses (413, 422), or an error when the
+// client went away mid-body.
+func (h *Handler) inspect(r *http.Request, x *exchange) (*answer, error) {
+	tooLarge := &answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)}
+	body, err := readBody(r, h.MaxBody)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return tooLarge, nil
+	case err != nil:
+		return nil, err
+	}
+	x.body = body
 	// A compressed body is inspected decompressed (bounded by max_body,
 	// too) and forwarded as it came. One the gateway cannot decode is
 	// inspected as it is, and so refused as not JSON.
-	text, err := decodeBody(r.Header, body, h.MaxBody)
+	text, err := decodeBody(r.Header, body.bytes(), h.MaxBody)
 	switch {
 	case errors.Is(err, errTooLarge):
-		return h.refuseEarly(r.Context(), w, x, answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)})
+		return tooLarge, nil
 	case err != nil:
-		text = body
+		text = body.bytes()
 	}
 	req, err := evaluation.ParseRequest(text)
 	if err != nil {
 		var invalid *evaluation.ValidationError
 		errors.As(err, &invalid)
-		return h.refuseEarly(r.Context(), w, x, answer{status: http.StatusUnprocessableEntity, reason: rejectInvalidRequest, body: invalid.Body()})
+		return &answer{status: http.StatusUnprocessableEntity, reason: rejectInvalidRequest, body: invalid.Body()}, nil
 	}
-	x.req, x.body = req, text
+	x.req, x.text = req, text
+	return nil, nil
+}
 
-	if h.breakers != nil {
-		ticket, open := h.breakers.Allow(req.ModelOrDefault())
-		if open != nil {
-			x.breakerState = open.State
-			return h.refuseEarly(r.Context(), w, x, answer{status: 529, reason: rejectBreakerOpen, body: []byte(bodyOverloaded), retryAfter: open.RetryAfter})
-		}
-		x.ticket = ticket
-		defer ticket.Cancel() // a request that ends before the upstream answers counts for nothing
+// startCheck starts the guardrails check of the request's state. A
+// parallel check runs on its own goroutine, overlapping the upstream call,
+// and holds a reference to the body its state lives in; a sequential one is
+// done before startCheck returns.
+func (h *Handler) startCheck(ctx context.Context, x *exchange) {
+	ch := make(chan guardrails.Verdict, 1)
+	x.pending = ch
+	if !h.guardrails.Parallel() {
+		ch <- h.guardrails.Check(ctx, x.req.State)
+		return
 	}
-
-	if h.limiter != nil {
-		d := h.limiter.Admit(r.Context(), x.org, req.EstimatedTokens)
-		x.limits = &d
-		if a, refused := limitAnswer(d); refused {
-			return x.answer(w, a)
-		}
-		defer func() { h.limiter.Settle(d, x.billedTokens(d.Charged)) }()
-	}
-
-	var verdict <-chan guardrails.Verdict
-	if h.guardrails != nil {
-		verdict = h.checkGuardrails(r.Context(), req.State)
-		x.checking = h.guardrails.Parallel()
-		if !h.guardrails.Parallel() {
-			if a, refused := x.takeVerdict(verdict); refused {
-				return x.answer(w, a)
-			}
-		}
-	}
-
-	return h.forward(w, r, next, x, upstreamBody, verdict)
+	body, state := x.body.retain(), x.req.State
+	go func() {
+		defer body.release()
+		ch <- h.guardrails.Check(ctx, state)
+	}()
 }
 
 // forward hands the request to the upstream and reads its answer on the way
 // back. With a parallel guardrails check, the answer is held until the
 // verdict is in, and dropped if the verdict refuses the request.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange, body *requestBody, verdict <-chan guardrails.Verdict) error {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange) error {
 	// What to restore if none of the upstream's response reaches the client
 	// (a parallel verdict refused it, or it broke off before the commit).
 	before := w.Header().Clone()
 	var refusal *answer
 	commit := func(status int, raw []byte) bool {
-		if x.verdict == nil && verdict != nil {
-			if a, refused := x.takeVerdict(verdict); refused {
-				refusal = &a
-				return false
-			}
+		if a, refused := x.refusedByVerdict(); refused {
+			refusal = &a
+			return false
 		}
 		h.readAnswer(r.Context(), x, w.Header(), status, raw)
 		return true
@@ -136,7 +179,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	defer buffers.Put(respBuf)
 	rec := newInterceptor(w, respBuf, maxResponseBuffer, h.ownedPrefixes, commit)
 
-	r.Body = body
+	r.Body = newUpstreamBody(x.body)
 	x.forwarded = true
 	started := h.now()
 	defer func() {
@@ -152,46 +195,43 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	}()
 	err := rec.serve(next, r)
 	sent := rec.finish()
+	x.upstream = h.now().Sub(started)
+	x.upstreamStatus = rec.upstreamStatus
+	if x.ticket != nil {
+		x.ticket.Done(rec.status, err)
+	}
 	if sent {
 		dropTrailers(w.Header(), h.ownedPrefixes)
+		x.status = rec.status
+		return err
 	}
-	x.upstream = h.now().Sub(started)
 
-	x.status = rec.status
-	if !sent && rec.status == 0 {
-		x.status = errorStatus(err)
-	}
-	if x.ticket != nil {
-		x.ticket.Done(x.status, err)
-	}
-	if !sent && refusal == nil && verdict != nil && x.verdict == nil {
+	// None of the upstream's response reached the client: nor do the
+	// headers it left behind (a response that broke off mid-body).
+	replaceHeader(w.Header(), before)
+	if refusal == nil {
 		// The upstream failed before answering: the verdict still decides
 		// whether the client hears of the failure or of the refusal.
-		if a, refused := x.takeVerdict(verdict); refused {
+		if a, refused := x.refusedByVerdict(); refused {
 			refusal = &a
 		}
 	}
-	if !sent {
-		// None of the upstream's response reached the client: nor do the
-		// headers it left behind (a response that broke off mid-body).
-		replaceHeader(w.Header(), before)
-	}
-	if refusal != nil {
-		x.status = 0
+	switch {
+	case refusal != nil:
 		return x.answer(w, *refusal)
+	case errorStatus(err) == statusClientClosed:
+		// The client went away: nobody is left to answer.
+		x.status = statusClientClosed
+		return err
+	default:
+		x.upstreamErr = err
+		return x.answer(w, upstreamFailure(err))
 	}
-	if !sent {
-		// reverse_proxy reports failures as errors for Caddy to answer;
-		// the gateway's headers still go with that answer.
-		x.setHeaders(w.Header())
-	}
-	return err
 }
 
 // readAnswer reads what the gateway needs of the upstream's response and
 // adds its headers, just before the response goes to the client.
 func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
-	x.status = status
 	x.requestID = header.Get("X-Request-Id")
 	// The upstream's headers pass unchanged, except in the namespaces of
 	// the policies that are on, where only the gateway's may appear.
@@ -218,7 +258,7 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			d.SetHeaders(header)
 			if d.Route == route.RouteHuman {
 				// The queue copies the bodies only with include_content.
-				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.body, Response: text})
+				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text})
 			}
 		}
 	case http.StatusTooManyRequests:
@@ -227,79 +267,6 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			h.limiter.Hold(x.org, retryAfter(header))
 		}
 	}
-}
-
-// refuseEarly answers before the limiter has admitted the request (413,
-// 422, an open breaker's 529). The rate-limit headers still report the
-// org's buckets, read without charging them.
-func (h *Handler) refuseEarly(ctx context.Context, w http.ResponseWriter, x *exchange, a answer) error {
-	if h.limiter != nil {
-		d := h.limiter.Peek(ctx, x.org)
-		x.limits = &d
-	}
-	return x.answer(w, a)
-}
-
-// checkGuardrails starts the guardrails check; its verdict arrives on the
-// channel. The check runs on its own goroutine so a parallel check overlaps
-// the upstream call; a sequential one is waited for at once.
-func (h *Handler) checkGuardrails(ctx context.Context, state []byte) <-chan guardrails.Verdict {
-	ch := make(chan guardrails.Verdict, 1)
-	if !h.guardrails.Parallel() {
-		ch <- h.guardrails.Check(ctx, state)
-		return ch
-	}
-	go func() { ch <- h.guardrails.Check(ctx, state) }()
-	return ch
-}
-
-// readBody reads the request body, at most MaxBody bytes.
-func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, error) {
-	if r.ContentLength > h.MaxBody {
-		return nil, errTooLarge
-	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.MaxBody+1))
-	if err != nil {
-		return nil, err
-	}
-	if n > h.MaxBody {
-		return nil, errTooLarge
-	}
-	return buf.Bytes(), nil
-}
-
-// requestBody is the body handed to the upstream. Its buffer is pooled, so
-// it must know when the transport is done with it: Close (which the
-// transport always calls, sometimes from another goroutine, even while a
-// Read is under way on HTTP/2) waits for any Read in progress, and no Read
-// touches the buffer after it.
-type requestBody struct {
-	mu     sync.Mutex
-	r      *bytes.Reader
-	closed atomic.Bool
-}
-
-func newRequestBody(b []byte) *requestBody { return &requestBody{r: bytes.NewReader(b)} }
-
-// Read implements io.Reader.
-func (b *requestBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed.Load() {
-		return 0, http.ErrBodyReadAfterClose
-	}
-	return b.r.Read(p)
-}
-
-// Close implements io.Closer.
-func (b *requestBody) Close() error {
-	b.mu.Lock()
-	b.closed.Store(true)
-	b.mu.Unlock()
-	return nil
 }
 
 // limitAnswer is the answer for a refused admission, if it was refused.
@@ -349,24 +316,27 @@ func replaceHeader(h, want http.Header) {
 type exchange struct {
 	start     time.Time
 	org       string
+	body      *pooledBody // the request body as received; the handler's reference
+	text      []byte      // the body as inspected (decompressed); valid while body is held
 	req       *evaluation.Request
-	body      []byte // the request body as inspected (decompressed)
-	status    int
+	status    int // what the client got
 	reject    string
 	forwarded bool
 
-	checking     bool // a parallel guardrails check runs, its verdict not taken yet
 	ticket       *breaker.Ticket
 	breakerState string
 	limits       *limits.Decision
-	verdict      *guardrails.Verdict
+	pending      <-chan guardrails.Verdict // the guardrails check under way
+	verdict      *guardrails.Verdict       // its verdict, once taken
 	route        *route.Decision
 
-	model     string
-	usage     int64
-	hasUsage  bool
-	requestID string
-	upstream  time.Duration
+	upstreamStatus int   // the status the upstream answered, 0 when it did not
+	upstreamErr    error // why the upstream could not be reached
+	model          string
+	usage          int64
+	hasUsage       bool
+	requestID      string
+	upstream       time.Duration
 }
 
 // answer writes the gateway's own answer, with the headers it owes.
@@ -388,12 +358,19 @@ func (x *exchange) setHeaders(h http.Header) {
 	}
 }
 
-// takeVerdict waits for the guardrails verdict and says whether it refuses
-// the request, and with what answer.
-func (x *exchange) takeVerdict(ch <-chan guardrails.Verdict) (answer, bool) {
-	v := <-ch
-	x.verdict, x.checking = &v, false
-	switch {
+// refusedByVerdict waits for the guardrails verdict, the first time it is
+// asked (later calls read the verdict taken), and returns the answer that
+// refuses the request, if the verdict does. Without guardrails it refuses
+// nothing.
+func (x *exchange) refusedByVerdict() (answer, bool) {
+	if x.pending == nil {
+		return answer{}, false
+	}
+	if x.verdict == nil {
+		v := <-x.pending
+		x.verdict = &v
+	}
+	switch v := x.verdict; {
 	case v.Unavailable:
 		return answer{status: http.StatusServiceUnavailable, reason: rejectGuardrailsDown, body: []byte(bodyGuardrailsDown), retryAfter: defaultRetryAfterShort}, true
 	case v.Action == guardrails.ActionBlock:
@@ -415,14 +392,26 @@ func (x *exchange) routeSignal() route.Signal {
 
 // billedTokens is what the request finally costs the org's token bucket:
 // the upstream's usage for a 200 that reported it, the estimate for a 200
-// that did not, nothing for anything else (the upstream bills only success).
+// that did not (or that the client left before it was read: the upstream
+// billed it all the same), nothing for anything else (the upstream bills
+// only success).
 func (x *exchange) billedTokens(charged int64) int64 {
 	switch {
-	case x.status != http.StatusOK || x.reject != "":
+	case x.upstreamStatus != http.StatusOK || x.reject != "" || x.status == http.StatusBadGateway:
 		return 0
 	case x.hasUsage:
 		return x.usage
 	default:
 		return charged
 	}
+}
+
+// upstreamFailure is the answer for an upstream that could not be reached
+// or failed before any of its answer was sent: the product's own style,
+// instead of Caddy's empty 502 or 504.
+func upstreamFailure(err error) answer {
+	if errorStatus(err) == http.StatusGatewayTimeout {
+		return answer{status: http.StatusGatewayTimeout, reason: rejectUpstreamError, body: []byte(bodyUpstreamTimeout)}
+	}
+	return answer{status: http.StatusBadGateway, reason: rejectUpstreamError, body: []byte(bodyUpstreamDown)}
 }

@@ -5,12 +5,10 @@
 package handlers
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -50,6 +48,14 @@ type Handler struct {
 	// UnknownKeys is "own" (default: a key missing from org_keys is an org
 	// of its own) or "reject" (401 at the edge).
 	UnknownKeys string `json:"unknown_keys,omitempty"`
+	// Redis lists the redis:// or rediss:// URLs of the one store of shared
+	// state: token buckets, the verdict cache, the review queue. One URL is a
+	// single server; several are the seed nodes of a Redis Cluster. Default
+	// none: state is kept in process and the review queue is unavailable.
+	Redis []string `json:"redis,omitempty"`
+	// KeyPrefix starts every key the gateway keeps state in (the review
+	// stream is named exactly as `queue` says). Default "systemone:".
+	KeyPrefix string `json:"key_prefix,omitempty"`
 	// Limits are the per-organization token buckets.
 	Limits *limits.Config `json:"limits,omitempty"`
 	// Guardrails checks every evaluation request's state before forwarding.
@@ -84,9 +90,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision applies defaults, replaces placeholders in the string options,
-// and acquires the shared state (Redis client, buckets, breakers) that
-// outlives a config reload.
+// Provision applies defaults, acquires the shared state that outlives a
+// config reload (the Redis client, buckets, breakers) and hands each policy
+// what it uses of it. Each policy package resolves the placeholders of its
+// own options.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.now = time.Now
@@ -102,28 +109,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	keyPrefix := limits.DefaultKeyPrefix
+	prefix := repl.ReplaceAll(h.KeyPrefix, "")
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	if err := checkKeyPrefix(prefix); err != nil {
+		return err
+	}
+	if len(h.Redis) > 0 {
+		if h.redis, h.release, err = redispool.Acquire(replaceAll(repl, h.Redis)); err != nil {
+			return fmt.Errorf("redis: %v", err)
+		}
+	}
 	if h.Limits != nil {
-		cfg := *h.Limits
-		cfg.Redis = replaceAll(repl, cfg.Redis)
-		if cfg.KeyPrefix = repl.ReplaceAll(cfg.KeyPrefix, ""); cfg.KeyPrefix != "" {
-			keyPrefix = cfg.KeyPrefix
-		}
-		if len(cfg.Orgs) > 0 {
-			cfg.Orgs = make(map[string]limits.Override, len(h.Limits.Orgs))
-			for org, o := range h.Limits.Orgs {
-				cfg.Orgs[repl.ReplaceAll(org, "")] = o
-			}
-		}
-		if h.limiter, err = limits.New(cfg, h.logger.Named("limits")); err != nil {
+		if h.limiter, err = limits.New(*h.Limits, h.redis, prefix, h.logger.Named("limits")); err != nil {
 			return fmt.Errorf("limits: %v", err)
-		}
-		if len(cfg.Redis) > 0 {
-			// The guardrails cache and the review queue share the
-			// limiter's Redis: the pool hands out the same client.
-			if h.redis, h.release, err = redispool.Acquire(cfg.Redis); err != nil {
-				return fmt.Errorf("limits: %v", err)
-			}
 		}
 	}
 	if h.Breaker != nil {
@@ -132,37 +132,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	if h.Guardrails != nil {
-		cfg := *h.Guardrails
-		cfg.URL = repl.ReplaceAll(cfg.URL, "")
-		cfg.APIKey = repl.ReplaceAll(cfg.APIKey, "")
-		cfg.Model = repl.ReplaceAll(cfg.Model, "")
-		if h.guardrails, err = guardrails.New(cfg, h.redis, keyPrefix, h.logger.Named("guardrails")); err != nil {
+		if h.guardrails, err = guardrails.New(*h.Guardrails, h.redis, prefix, h.logger.Named("guardrails")); err != nil {
 			return fmt.Errorf("guardrails: %v", err)
 		}
 	}
 	if h.Route != nil {
-		cfg := *h.Route
-		cfg.Pins = make([]route.Pin, len(h.Route.Pins))
-		for i, pin := range h.Route.Pins {
-			pin.Version = repl.ReplaceAll(pin.Version, "")
-			if len(pin.Questions) > 0 {
-				questions := make(map[string]float64, len(pin.Questions))
-				for id, t := range pin.Questions {
-					questions[repl.ReplaceAll(id, "")] = t
-				}
-				pin.Questions = questions
-			}
-			cfg.Pins[i] = pin
-		}
-		if cfg.Queue != nil {
-			queue := *cfg.Queue
-			queue.Stream = repl.ReplaceAll(queue.Stream, "")
-			cfg.Queue = &queue
-			if h.redis == nil {
-				return fmt.Errorf("route: queue needs limits with redis")
-			}
-		}
-		if h.router, err = route.New(cfg, h.redis, h.logger.Named("route")); err != nil {
+		if h.router, err = route.New(*h.Route, h.redis, h.logger.Named("route")); err != nil {
 			return fmt.Errorf("route: %v", err)
 		}
 	}
@@ -179,6 +154,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// DefaultKeyPrefix is the key prefix KeyPrefix defaults to.
+const DefaultKeyPrefix = "systemone:"
+
+// checkKeyPrefix refuses a prefix with a Redis Cluster hash tag: it would
+// put every organization in one slot (the organization is the hash tag).
+func checkKeyPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("key_prefix %q: must not contain { or }", prefix)
+	}
+	return nil
+}
+
 func replaceAll(repl *caddy.Replacer, values []string) []string {
 	out := make([]string, 0, len(values))
 	for _, v := range values {
@@ -187,10 +174,24 @@ func replaceAll(repl *caddy.Replacer, values []string) []string {
 	return out
 }
 
-// Validate checks the settings that Provision does not already reject.
+// Validate checks the handler's own settings as written, before
+// placeholders are resolved; each policy's block is checked by its package.
+// Its error texts are the ones the Caddyfile reports.
 func (h *Handler) Validate() error {
 	if h.MaxBody < 0 {
 		return fmt.Errorf("max_body must not be negative")
+	}
+	if h.UnknownKeys == identity.UnknownReject && h.OrgKeys == "" {
+		return fmt.Errorf("unknown_keys reject needs org_keys")
+	}
+	if err := checkKeyPrefix(h.KeyPrefix); err != nil {
+		return err
+	}
+	if len(h.Redis) > 0 && !strings.Contains(strings.Join(h.Redis, ""), "{") {
+		// With placeholders the URLs are checked when they are resolved.
+		if err := redispool.Validate(h.Redis); err != nil {
+			return fmt.Errorf("redis: %v", err)
+		}
 	}
 	return nil
 }
@@ -239,6 +240,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g := &headerGuard{ResponseWriter: w, owned: h.ownedPrefixes}
 	err := next.ServeHTTP(g, r)
 	g.done()
+	if err != nil && !g.wrote && errorStatus(err) != statusClientClosed {
+		// The upstream could not be reached: the product's answer, not
+		// Caddy's empty one.
+		upstreamFailure(err).write(w)
+		return nil
+	}
 	return err
 }
 
@@ -248,9 +255,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func isEvaluation(r *http.Request) bool {
 	return r.Method == http.MethodPost && strings.HasSuffix(path.Clean(r.URL.Path), "/v1/systemone")
 }
-
-// buffers recycles request and response buffers across requests.
-var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // Interface guards
 var (

@@ -40,6 +40,11 @@ type result struct {
 	err     error // a transport error: no answer at all
 }
 
+// resultOf is a response read whole, as a result.
+func resultOf(resp *http.Response, body []byte) result {
+	return result{status: resp.StatusCode, header: resp.Header, body: body}
+}
+
 func (r result) String() string {
 	if r.err != nil {
 		return fmt.Sprintf("error %v after %v", r.err, r.elapsed)

@@ -33,11 +33,12 @@ type interceptor struct {
 	commit commitFunc
 	buf    *bytes.Buffer
 
-	status      int
-	wroteHeader bool // the upstream wrote its header
-	committed   bool // the client has the header
-	discard     bool // commit said to drop the upstream's response
-	brokeOff    bool // the upstream's body broke off after part of it reached the client
+	status         int  // of the response the client gets, if it is the upstream's
+	upstreamStatus int  // the status the upstream wrote, kept when its response is dropped
+	wroteHeader    bool // the upstream wrote its header
+	committed      bool // the client has the header
+	discard        bool // commit said to drop the upstream's response
+	brokeOff       bool // the upstream's body broke off after part of it reached the client
 }
 
 func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, owned []string, commit commitFunc) *interceptor {
@@ -49,13 +50,15 @@ func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, owned [
 var errIncompleteResponse = errors.New("upstream response broke off before its end")
 
 // serve runs next with the interceptor as its response writer.
-// reverse_proxy aborts (panics with http.ErrAbortHandler) when the upstream's
-// body breaks off after its header. While nothing has reached the client,
-// the interceptor forgets that response and serve returns a 502 for Caddy to
-// answer, as for an upstream that failed before answering; the client gets
-// a whole answer instead of a dropped connection. Once the client has part
-// of the response, the abort goes on: the connection must break so that the
-// client sees the response is incomplete.
+// reverse_proxy aborts (panics with http.ErrAbortHandler) when it cannot copy
+// the upstream's body after its header: the upstream broke off, or the client
+// went away and took the request's context with it. While nothing has
+// reached the client, the interceptor forgets that response and serve
+// returns an error for the handler to answer: 499 when the client is gone
+// (the upstream is not to blame), else 502, as for an upstream that failed
+// before answering, so the client gets a whole answer instead of a dropped
+// connection. Once the client has part of the response, the abort goes on:
+// the connection must break so that the client sees it is incomplete.
 func (i *interceptor) serve(next caddyhttp.Handler, r *http.Request) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -65,6 +68,10 @@ func (i *interceptor) serve(next caddyhttp.Handler, r *http.Request) (err error)
 			}
 			i.status, i.wroteHeader = 0, false
 			i.buf.Reset()
+			if cause := r.Context().Err(); cause != nil {
+				err = caddyhttp.Error(statusClientClosed, cause)
+				return
+			}
 			err = caddyhttp.Error(http.StatusBadGateway, errIncompleteResponse)
 		}
 	}()
@@ -88,7 +95,7 @@ func (i *interceptor) WriteHeader(status int) {
 		}
 		return
 	}
-	i.status, i.wroteHeader = status, true
+	i.status, i.upstreamStatus, i.wroteHeader = status, status, true
 	if status != http.StatusOK {
 		i.flushOut(nil)
 	}

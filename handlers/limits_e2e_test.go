@@ -1,10 +1,13 @@
 package handlers_test
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,7 +37,7 @@ func TestRequestsPerMinute(t *testing.T) {
 			sim := unlimitedSimulator(t)
 			block := "\t\tlimits {\n\t\t\trequests_per_minute 300\n"
 			if store == "redis" {
-				block += "\t\t\tredis " + redistest.Start(t).URL() + "\n\t\t\tstore_timeout 2s\n"
+				block = "\t\tredis " + redistest.Start(t).URL() + "\n" + block + "\t\t\tstore_timeout 2s\n"
 			}
 			block += "\t\t}\n"
 			sites, url := site(t, sim.Addr(), block)
@@ -200,7 +203,7 @@ func TestUpstream429HoldsOrg(t *testing.T) {
 func TestTwoInstancesShareRedis(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	redis := redistest.Start(t)
-	block := "\t\tlimits {\n\t\t\tredis " + redis.URL() + "\n\t\t\tstore_timeout 2s\n\t\t\trequests_per_minute 100\n\t\t}\n"
+	block := "\t\tredis " + redis.URL() + "\n\t\tlimits {\n\t\t\tstore_timeout 2s\n\t\t\trequests_per_minute 100\n\t\t}\n"
 	a, urlA := site(t, sim.Addr(), block)
 	b, urlB := site(t, sim.Addr(), block)
 	gatewaytest.Load(t, a+b)
@@ -242,7 +245,7 @@ func TestTwoInstancesShareRedis(t *testing.T) {
 func TestRedisDownDeny(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	redis := redistest.Start(t)
-	sites, url := site(t, sim.Addr(), "\t\tlimits {\n\t\t\tredis "+redis.URL()+"\n\t\t\ton_store_error deny\n\t\t}\n")
+	sites, url := site(t, sim.Addr(), "\t\tredis "+redis.URL()+"\n\t\tlimits {\n\t\t\ton_store_error deny\n\t\t}\n")
 	gatewaytest.Load(t, sites)
 	redis.Stop()
 	resp, body := post(t, url, "k", smallBody)
@@ -284,21 +287,81 @@ func TestEstimatorError(t *testing.T) {
 	}
 }
 
-// Answers given before admission (413, 422) carry the rate-limit headers,
-// read without charging; a 401 has no org, so no buckets to report.
-func TestEarlyAnswersCarryRateLimitHeaders(t *testing.T) {
-	sim := unlimitedSimulator(t)
-	sites, url := site(t, sim.Addr(), "\t\tmax_body 1KiB\n\t\tlimits {\n\t\t\trequests_per_minute 10\n\t\t}\n")
-	gatewaytest.Load(t, sites)
-	post(t, url, "k", smallBody)
-	for name, body := range map[string]string{"422": `{"state":"s"}`, "413": `{"state":"` + strings.Repeat("x", 2048) + `"}`} {
-		resp, _ := post(t, url, "k", body)
-		if resp.Header.Get("X-RateLimit-Limit-Requests") != "10" || resp.Header.Get("X-RateLimit-Remaining-Requests") != "9" ||
-			resp.Header.Get("X-RateLimit-Limit-Tokens") != "64000" {
-			t.Errorf("%s: rate-limit headers %v", name, resp.Header)
-		}
+// Answers the gateway gives itself (413, 422) count one request each, charge
+// no tokens and carry the headers of that admission; once the requests
+// bucket is empty they are refused like any request, so a client cannot
+// make the gateway read and parse bodies for free. A 401 has no org, so no
+// buckets to report.
+func TestEarlyAnswersCountOneRequest(t *testing.T) {
+	for _, store := range []string{"in-process", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			sim := unlimitedSimulator(t)
+			block := "\t\tmax_body 1KiB\n\t\tlimits {\n\t\t\trequests_per_minute 4\n\t\t\ttokens_per_second 1\n\t\t}\n"
+			if store == "redis" {
+				block = "\t\tredis " + redistest.Start(t).URL() + "\n" + block
+			}
+			sites, url := site(t, sim.Addr(), block)
+			gatewaytest.Load(t, sites)
+			post(t, url, "k", smallBody)
+			tokens := "" // the level after the 200's settlement: refusals charge none
+			for i, body := range []string{`{"state":"s"}`, `{"state":"` + strings.Repeat("x", 2048) + `"}`, `not json`} {
+				resp, _ := post(t, url, "k", body)
+				if tokens == "" {
+					tokens = resp.Header.Get("X-RateLimit-Remaining-Tokens")
+				}
+				if resp.StatusCode != 422 && resp.StatusCode != 413 ||
+					resp.Header.Get("X-RateLimit-Limit-Requests") != "4" || resp.Header.Get("X-RateLimit-Remaining-Requests") != strconv.Itoa(2-i) ||
+					resp.Header.Get("X-RateLimit-Limit-Tokens") != "64000" || resp.Header.Get("X-RateLimit-Remaining-Tokens") != tokens {
+					t.Errorf("refusal %d: %d %v, want %d requests and %s tokens left", i, resp.StatusCode, resp.Header, 2-i, tokens)
+				}
+			}
+			resp, body := post(t, url, "k", `{"state":"s"}`)
+			if err := contractAnswer(resultOf(resp, body), "rate_limited"); err != nil {
+				t.Errorf("an invalid body from an org over its limit: %v", err)
+			}
+			if n := sim.Calls(); n != 1 {
+				t.Errorf("%d upstream calls, want the one valid request", n)
+			}
+			if resp, _ := post(t, url, "", smallBody); resp.Header.Get("X-RateLimit-Limit-Requests") != "" {
+				t.Error("401 carries rate-limit headers")
+			}
+		})
 	}
-	if resp, _ := post(t, url, "", smallBody); resp.Header.Get("X-RateLimit-Limit-Requests") != "" {
-		t.Error("401 carries rate-limit headers")
+}
+
+// An org this instance knows to be over its per-minute limit is refused
+// before its body is read: a request whose body never arrives gets its 429
+// at once (a gateway reading the body would wait for it).
+func TestKnownOverLimitRefusedBeforeTheBody(t *testing.T) {
+	for _, store := range []string{"in-process", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			sim := unlimitedSimulator(t)
+			block := "\t\tlimits {\n\t\t\trequests_per_minute 1\n\t\t}\n"
+			if store == "redis" {
+				block = "\t\tredis " + redistest.Start(t).URL() + "\n" + block
+			}
+			sites, url := site(t, sim.Addr(), block)
+			gatewaytest.Load(t, sites)
+			post(t, url, "k", smallBody)
+			if resp, body := post(t, url, "k", smallBody); resp.StatusCode != 429 {
+				t.Fatalf("second request: %d %s", resp.StatusCode, body)
+			}
+			conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// Headers and a promise of 1,000 bytes that never come.
+			fmt.Fprintf(conn, "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"state\":")
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer without the body: %v", err)
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+			if err := contractAnswer(resultOf(resp, body), "rate_limited"); err != nil {
+				t.Errorf("known over its limit: %v", err)
+			}
+		})
 	}
 }

@@ -36,14 +36,14 @@ func TestReloadUnderLoad(t *testing.T) {
 			sim := unlimitedSimulator(t)
 			port := gatewaytest.FreePort(t)
 			url := fmt.Sprintf("http://127.0.0.1:%d", port)
-			redisLine := ""
+			redisLine, timeoutLine := "", ""
 			if store == "redis" {
-				redisLine = "\t\t\tredis " + redistest.Start(t).URL() + "\n\t\t\tstore_timeout 2s\n"
+				redisLine, timeoutLine = "\t\tredis "+redistest.Start(t).URL()+"\n", "\t\t\tstore_timeout 2s\n"
 			}
 			config := func(rpm int, noul string) string {
 				return fmt.Sprintf(`:%d {
 	systemone {
-		limits {
+%s		limits {
 %s			requests_per_minute %d
 			tokens_per_second 0
 		}
@@ -59,7 +59,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	reverse_proxy %s
 }
-`, port, redisLine, rpm, noul, sim.Addr())
+`, port, redisLine, timeoutLine, rpm, noul, sim.Addr())
 			}
 			// A: 60 a minute, noul 0.9. B: 90 a minute, noul 0.5.
 			configA, configB := config(60, "0.9"), config(90, "0.5")

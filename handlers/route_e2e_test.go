@@ -228,7 +228,7 @@ func TestRouteGzip(t *testing.T) {
 func TestRouteQueue(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	rs := redistest.Start(t)
-	block := "\t\tlimits {\n\t\t\tredis " + rs.URL() + "\n\t\t\tstore_timeout 2s\n\t\t}\n" +
+	block := "\t\tredis " + rs.URL() + "\n\t\tlimits {\n\t\t\tstore_timeout 2s\n\t\t}\n" +
 		"\t\troute {\n\t\t\tpin service-1.0.0 {\n\t\t\t\tnoul 0.8\n\t\t\t}\n\t\t\tqueue review:human maxlen 1000\n\t\t}\n"
 	sites, url := site(t, sim.Addr(), block)
 	gatewaytest.Load(t, sites)
@@ -265,7 +265,7 @@ func TestRouteQueue(t *testing.T) {
 func TestRouteQueueIncludeContent(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	rs := redistest.Start(t)
-	block := "\t\tlimits {\n\t\t\tredis " + rs.URL() + "\n\t\t\tstore_timeout 2s\n\t\t}\n" +
+	block := "\t\tredis " + rs.URL() + "\n\t\tlimits {\n\t\t\tstore_timeout 2s\n\t\t}\n" +
 		"\t\troute {\n\t\t\tqueue review:human include_content\n\t\t}\n"
 	sites, url := site(t, sim.Addr(), block)
 	gatewaytest.Load(t, sites)

@@ -52,11 +52,11 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 			fmt.Sprintf("http://127.0.0.1:%d", port)
 	}
 	full, url := siteWith("\t\tmax_body 16KiB\n" +
-		"\t\tlimits {\n\t\t\tredis " + redisURL + "\n\t\t\tstore_timeout 2s\n\t\t\trequests_per_minute 30\n\t\t}\n" +
+		"\t\tredis " + redisURL + "\n\t\tlimits {\n\t\t\tstore_timeout 2s\n\t\t\trequests_per_minute 30\n\t\t}\n" +
 		"\t\tguardrails " + guard.URL + " {\n\t\t\tapi_key " + guardKey + "\n\t\t}\n" +
 		"\t\tbreaker {\n\t\t\tfailures 2\n\t\t}\n" + routeBlock)
 	guardDown, urlGuardDown := siteWith("\t\tguardrails " + deadGuard + " {\n\t\t\tapi_key " + guardKey + "\n\t\t\ttimeout 200ms\n\t\t}\n")
-	limiterDown, urlLimiterDown := siteWith("\t\tlimits {\n\t\t\tredis " + deadRedis + "\n\t\t\ton_store_error deny\n\t\t}\n")
+	limiterDown, urlLimiterDown := siteWith("\t\tredis " + deadRedis + "\n\t\tlimits {\n\t\t\ton_store_error deny\n\t\t}\n")
 	allLog := filepath.Join(t.TempDir(), "all.log")
 	g := gatewaytest.LoadOptions(t, "\tlog everything {\n\t\toutput file "+allLog+"\n\t\tformat json\n\t\tlevel DEBUG\n\t}\n", full+guardDown+limiterDown)
 	c := newClient(t)

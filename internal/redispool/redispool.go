@@ -238,7 +238,7 @@ func tuneCluster(c *redis.ClusterOptions) {
 // on network errors (up to MaxRedirects), which must not happen to a
 // non-idempotent script. The slot map is cached, so this adds no round trip
 // once the cluster client has loaded it.
-func ForKey(ctx context.Context, c redis.UniversalClient, key string) (*redis.Client, error) {
+func ForKey(ctx context.Context, c redis.Scripter, key string) (*redis.Client, error) {
 	switch c := c.(type) {
 	case *redis.Client:
 		return c, nil

@@ -59,27 +59,49 @@ const (
 	ModeParallel   = "parallel"
 )
 
-// withDefaults returns c with every unset field at its default, or the first
-// setting that is out of range.
+// OnErrorValues and Modes list the values of Config.OnError and Config.Mode,
+// the default first.
+var (
+	OnErrorValues = []string{OnErrorBlock, OnErrorAllow}
+	Modes         = []string{ModeSequential, ModeParallel}
+)
+
+// Validate checks the block as written, before placeholders are resolved:
+// the required url and api_key are present, levels and categories are the
+// contract's, the block and review lists do not overlap, and every enumerated
+// or timed option is in range. Its error texts are the ones the Caddyfile
+// reports. The URL's form is checked once its placeholders are resolved, by
+// New.
+func (c Config) Validate() error {
+	_, err := c.resolve(nil)
+	return err
+}
+
+// withDefaults resolves placeholders in the string options (url, api_key,
+// model: a secret given as {env.NAME} stays out of the JSON config) and
+// returns c with every unset field at its default, or the first setting that
+// is out of range.
 func (c Config) withDefaults() (Config, error) {
+	return c.resolve(caddy.NewReplacer())
+}
+
+// resolve is Validate and withDefaults in one: with a replacer it also
+// resolves placeholders and checks the URL's form.
+func (c Config) resolve(repl *caddy.Replacer) (Config, error) {
 	if c.URL == "" {
 		return c, errors.New("url is required")
 	}
-	u, err := url.Parse(c.URL)
-	if err != nil {
-		return c, fmt.Errorf("url: %v", err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return c, fmt.Errorf("url %q: must be http:// or https:// with a host", c.URL)
-	}
-	// The key belongs in api_key, and the check's path is appended to the
-	// URL: credentials, a query or a fragment here would be a mistake that
-	// might also end up in error messages.
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return c, errors.New("url: must not hold credentials, a query or a fragment")
-	}
 	if c.APIKey == "" {
 		return c, errors.New("api_key is required")
+	}
+	if repl != nil {
+		c.URL, c.APIKey, c.Model = repl.ReplaceAll(c.URL, ""), repl.ReplaceAll(c.APIKey, ""), repl.ReplaceAll(c.Model, "")
+		if err := checkURL(c.URL); err != nil {
+			return c, err
+		}
+		if c.APIKey == "" {
+			return c, errors.New("api_key is empty once its placeholders are resolved")
+		}
 	}
 	if c.Model == "" {
 		c.Model = DefaultModel
@@ -105,8 +127,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.Review = without([]string{RiskMedium, RiskLow}, c.Block)
 	}
 	for _, l := range slices.Concat(c.Block, c.Review) {
-		if !slices.Contains(levels, l) {
-			return c, fmt.Errorf("risk level %q: must be one of %s", l, strings.Join(levels, " "))
+		if !slices.Contains(Levels, l) {
+			return c, fmt.Errorf("risk level %q: must be one of %s", l, strings.Join(Levels, " "))
 		}
 	}
 	for _, l := range c.Block {
@@ -115,25 +137,41 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	for _, name := range c.BlockCategory {
-		if !slices.Contains(categoryOrder, name) {
-			return c, fmt.Errorf("block_category %q: must be one of %s", name, strings.Join(categoryOrder, " "))
+		if !slices.Contains(Categories, name) {
+			return c, fmt.Errorf("block_category %q: must be one of %s", name, strings.Join(Categories, " "))
 		}
 	}
-	switch c.OnError {
-	case "":
+	switch {
+	case c.OnError == "":
 		c.OnError = OnErrorBlock
-	case OnErrorBlock, OnErrorAllow:
-	default:
+	case !slices.Contains(OnErrorValues, c.OnError):
 		return c, fmt.Errorf("on_error %q: must be %s or %s", c.OnError, OnErrorBlock, OnErrorAllow)
 	}
-	switch c.Mode {
-	case "":
+	switch {
+	case c.Mode == "":
 		c.Mode = ModeSequential
-	case ModeSequential, ModeParallel:
-	default:
+	case !slices.Contains(Modes, c.Mode):
 		return c, fmt.Errorf("mode %q: must be %s or %s", c.Mode, ModeSequential, ModeParallel)
 	}
 	return c, nil
+}
+
+// checkURL accepts an http(s) base URL with a host and nothing else.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("url: %v", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("url %q: must be http:// or https:// with a host", raw)
+	}
+	// The key belongs in api_key, and the check's path is appended to the
+	// URL: credentials, a query or a fragment here would be a mistake that
+	// might also end up in error messages.
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("url: must not hold credentials, a query or a fragment")
+	}
+	return nil
 }
 
 // without returns the levels of defaults that are not in explicit.

@@ -83,7 +83,7 @@ func TestConfigInvalid(t *testing.T) {
 	}
 	// Every contract category and other are accepted.
 	cfg := valid
-	cfg.BlockCategory = categoryOrder
+	cfg.BlockCategory = Categories
 	if _, err := New(cfg, nil, "", nil); err != nil {
 		t.Error(err)
 	}

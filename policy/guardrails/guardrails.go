@@ -72,13 +72,13 @@ type Checker struct {
 // New returns a Checker for cfg, after applying its defaults and validating
 // it. With cfg.Cache set, verdicts are cached in Redis when rdb is not nil
 // (shared by every gateway instance; keys are keyPrefix + "guardrails:" +
-// a hash), else in process (at most 10,000 verdicts). rdb is typically the
-// limits block's redis.UniversalClient and keyPrefix its key prefix. A nil
-// logger logs nothing.
+// a hash), else in process (at most 10,000 verdicts). rdb is the handler's
+// Redis client and keyPrefix the gateway's key prefix. A nil logger logs
+// nothing.
 func New(cfg Config, rdb RedisClient, keyPrefix string, logger *zap.Logger) (*Checker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("guardrails: %v", err)
+		return nil, err
 	}
 	if logger == nil {
 		logger = zap.NewNop()

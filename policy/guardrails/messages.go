@@ -26,15 +26,18 @@ type Message struct {
 //
 //   - a string is one user message holding the string's text (unescaped);
 //   - a non-empty array of objects that each have exactly a string `role` and
-//     a string `content` is the conversation, in order; so is an object whose
-//     only field is `messages` holding such an array;
+//     a string `content` is the conversation, in order;
+//   - an object whose `messages` field holds such an array is that
+//     conversation, preceded, when the object has other fields, by one user
+//     message holding the compact JSON of the object without `messages`;
 //   - anything else is one user message holding the state as compact JSON,
 //     with its strings unescaped so that the service reads the same text the
 //     evaluation model does (\u escapes cannot hide words from it).
 //
 // A conversation is recognised only when nothing would be left out: an
-// entry or a wrapper with any other field (or a duplicated one) is sent as
-// JSON instead, so no text the evaluation model sees escapes the check.
+// entry with any other field (or a duplicated one), or a wrapper naming
+// `messages` twice, is sent as JSON instead, so no text the evaluation model
+// sees escapes the check.
 // Roles other than assistant are sent as user, the only other role the
 // service knows: whatever a system or tool entry says is input to the model.
 //
@@ -54,9 +57,14 @@ func Messages(state []byte) ([]Message, error) {
 			return msgs, nil
 		}
 	case '{':
-		if inner, ok := messagesField(state); ok {
+		if inner, rest, ok := messagesField(state); ok {
 			if msgs, ok := conversation(inner); ok {
-				return msgs, nil
+				if rest == nil {
+					return msgs, nil
+				}
+				// The other fields go first, as one user message, so that
+				// nothing the evaluation model reads escapes the check.
+				return append([]Message{{Role: RoleUser, Content: string(compact(rest))}}, msgs...), nil
 			}
 		}
 	}
@@ -159,27 +167,43 @@ func stringIs(s []byte, text string) bool {
 	return rawjson.Unquote(s) == text
 }
 
-// messagesField returns the value of an object's `messages` field when that
-// is its only field.
-func messagesField(b []byte) ([]byte, bool) {
-	i := rawjson.SkipSpace(b, 1) // past '{'
-	if rawjson.At(b, i) != '"' {
-		return nil, false
+// messagesField splits an object into the value of its `messages` field and
+// the object without that field (nil when messages was its only field). It
+// fails when the object has no `messages` field, or has it twice (Python's
+// json keeps the last, and a walk that kept the first would check other
+// text than the model reads: such an object is checked as JSON, whole).
+func messagesField(b []byte) (messages, rest []byte, ok bool) {
+	var others [][]byte                                          // the other members, raw
+	for i := rawjson.SkipSpace(b, 1); rawjson.At(b, i) == '"'; { // past '{'
+		start := i
+		keyEnd := rawjson.StringEnd(b, i)
+		i = rawjson.SkipSpace(b, keyEnd)
+		if rawjson.At(b, i) != ':' {
+			return nil, nil, false
+		}
+		valueStart := rawjson.SkipSpace(b, i+1)
+		valueEnd := rawjson.ValueEnd(b, valueStart)
+		if stringIs(b[start:keyEnd], "messages") {
+			if messages != nil {
+				return nil, nil, false
+			}
+			messages = b[valueStart:valueEnd]
+		} else {
+			others = append(others, b[start:valueEnd])
+		}
+		i = rawjson.SkipSpace(b, valueEnd)
+		if rawjson.At(b, i) == ',' {
+			i = rawjson.SkipSpace(b, i+1)
+		}
 	}
-	end := rawjson.StringEnd(b, i)
-	if !stringIs(b[i:end], "messages") {
-		return nil, false
+	if messages == nil {
+		return nil, nil, false
 	}
-	i = rawjson.SkipSpace(b, end)
-	if rawjson.At(b, i) != ':' {
-		return nil, false
+	if len(others) > 0 {
+		rest = append([]byte{'{'}, bytes.Join(others, []byte{','})...)
+		rest = append(rest, '}')
 	}
-	start := rawjson.SkipSpace(b, i+1)
-	end = rawjson.ValueEnd(b, start)
-	if rawjson.At(b, rawjson.SkipSpace(b, end)) != '}' {
-		return nil, false
-	}
-	return b[start:end], true
+	return messages, rest, true
 }
 
 // compact returns b without insignificant space and with its strings

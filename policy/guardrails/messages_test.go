@@ -45,8 +45,16 @@ func TestMessages(t *testing.T) {
 		{"entry with null content", `[{"role":"user","content":null}]`, user(`[{"role":"user","content":null}]`)},
 		{"duplicate content key", `[{"role":"user","content":"a","content":"b"}]`, user(`[{"role":"user","content":"a","content":"b"}]`)},
 		{"mixed entries", `[{"role":"user","content":"a"},"b"]`, user(`[{"role":"user","content":"a"},"b"]`)},
+		// The contract's rule: other fields first, as one user message of
+		// their compact JSON, then the conversation.
 		{"messages beside other fields", `{"messages":[{"role":"user","content":"a"}],"system":"x"}`,
-			user(`{"messages":[{"role":"user","content":"a"}],"system":"x"}`)},
+			[]Message{{RoleUser, `{"system":"x"}`}, {RoleUser, "a"}}},
+		{"messages between other fields", `{ "task": {"rubric": "\u4e2d"}, "messages": [{"role":"assistant","content":"b"}], "lang" : "zh" }`,
+			[]Message{{RoleUser, `{"task":{"rubric":"中"},"lang":"zh"}`}, {RoleAssistant, "b"}}},
+		{"messages twice", `{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}`,
+			user(`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}`)},
+		{"other fields, messages not a conversation", `{"messages":[{"role":"user"}],"x":1}`,
+			user(`{"messages":[{"role":"user"}],"x":1}`)},
 		{"messages not a conversation", `{"messages":"hi"}`, user(`{"messages":"hi"}`)},
 		{"control characters stay escaped", `{"k":"a\u0001\"\\\r"}`, user(`{"k":"a\u0001\"\\\r"}`)},
 		{"null", `null`, user(`null`)},

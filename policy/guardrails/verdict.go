@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Risk levels as the contract names them.
+// Risk Levels as the contract names them.
 const (
 	RiskNone   = "none"
 	RiskLow    = "low"
@@ -20,8 +20,8 @@ const (
 	RiskUnknown = "unknown"
 )
 
-// levels are the contract's levels, lowest first.
-var levels = []string{RiskNone, RiskLow, RiskMedium, RiskHigh}
+// Levels are the contract's risk levels, lowest first.
+var Levels = []string{RiskNone, RiskLow, RiskMedium, RiskHigh}
 
 // serviceLevels maps the service's levels to the contract's. The English
 // names are accepted too, in case the service ever answers with them.
@@ -56,10 +56,11 @@ var serviceCategories = map[string]string{
 	"商业违法违规": "commercial_violation",
 }
 
-// categoryOrder is the order categories are reported in: the seed's, from
-// the high-risk ones down, then other. A fixed order keeps headers and cached
-// verdicts independent of the order the service happens to list them in.
-var categoryOrder = []string{
+// Categories are the contract's category names, in the order verdicts
+// report them: the seed's, from the high-risk ones down, then other. A fixed
+// order keeps headers and cached verdicts independent of the order the
+// service happens to list them in.
+var Categories = []string{
 	"political_sensitive", "national_image", "violent_crime", "prompt_attack",
 	"political_general", "minor_harm", "illegal_crime", "pornography",
 	"discrimination", "abuse", "privacy", "commercial_violation",
@@ -232,14 +233,14 @@ func assess(a *serviceAnswer) assessment {
 		name, ok := serviceCategories[c]
 		if !ok {
 			name = CategoryOther
-			if slices.Contains(categoryOrder, c) {
+			if slices.Contains(Categories, c) {
 				name = c // already a contract name
 			}
 		}
 		found[name] = true
 	}
 	var categories []string
-	for _, name := range categoryOrder {
+	for _, name := range Categories {
 		if found[name] {
 			categories = append(categories, name)
 		}

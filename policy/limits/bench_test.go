@@ -52,7 +52,7 @@ func benchRedis(b *testing.B, parallel bool) {
 	cfg.OnStoreError = StoreErrorDeny
 	l, _ := newLimiter(b, cfg, nil, false)
 	hook := &countHook{}
-	l.redis.client.AddHook(hook)
+	universal(l).AddHook(hook)
 	mustAllowB(b, l.Admit(bg, "warm", 1))
 	srv.Do("CONFIG", "RESETSTAT")
 	hook.sent.Store(0)

@@ -88,6 +88,7 @@ type check struct {
 	req, tok         spec
 	reqCost, tokCost int64 // units; negative: the bucket is not consulted
 	hold             bool  // an upstream hold refuses it
+	reportTok        bool  // the Decision reports the token bucket even unconsulted
 }
 
 func (c check) usesReq() bool { return c.req.on() && c.reqCost >= 0 }

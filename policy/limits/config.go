@@ -3,22 +3,18 @@ package limits
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/systemone/systemone-gateway/internal/redispool"
 )
 
 // Config is the `limits` block: per-organization token buckets.
 type Config struct {
-	// Redis lists redis:// or rediss:// URLs. Empty keeps the buckets in
-	// process; one URL is a single server; several are the seed nodes of a
-	// Redis Cluster.
+	// Redis is refused: the gateway's one Redis client is configured on the
+	// systemone block (`redis`, `key_prefix`). Kept only so that an old
+	// config gets an error naming the new place instead of being ignored.
 	Redis []string `json:"redis,omitempty"`
-	// KeyPrefix prefixes every Redis key. Default "systemone:".
-	KeyPrefix string `json:"key_prefix,omitempty"`
 	// RequestsPerMinute is the requests bucket's capacity, refilled at n/60
 	// per second. Default 300; 0 turns the bucket off.
 	RequestsPerMinute *int64 `json:"requests_per_minute,omitempty"`
@@ -46,7 +42,6 @@ type Override struct {
 
 // Defaults of the limits block.
 const (
-	DefaultKeyPrefix               = "systemone:"
 	DefaultRequestsPerMinute int64 = 300
 	DefaultTokensPerSecond   int64 = 1000
 	DefaultTokenBurst        int64 = 64000
@@ -60,32 +55,27 @@ const (
 	StoreErrorDeny  = "deny"
 )
 
+// StoreErrorModes are the values of OnStoreError, the default first.
+var StoreErrorModes = []string{StoreErrorLocal, StoreErrorAllow, StoreErrorDeny}
+
 // maxLimit bounds every number so that bucket arithmetic stays exact in the
 // Redis script's doubles (see unit). Ten million requests per minute or
 // tokens per second is far beyond any real organization.
 const maxLimit = 10_000_000
 
 // Validate checks the block without acquiring anything: the on_store_error
-// value, numbers (not negative, at most 10,000,000, a positive token_burst
-// wherever tokens_per_second is on), the Redis URLs and the key prefix.
+// value and the numbers (not negative, at most 10,000,000, a positive
+// token_burst wherever tokens_per_second is on). Their error texts are the
+// ones the Caddyfile reports.
 func (c Config) Validate() error {
-	switch c.OnStoreError {
-	case "", StoreErrorLocal, StoreErrorAllow, StoreErrorDeny:
-	default:
+	if len(c.Redis) > 0 {
+		return errors.New("redis moved from the limits block to the systemone block: write `redis <url>` (and `key_prefix`) directly under systemone")
+	}
+	if c.OnStoreError != "" && !slices.Contains(StoreErrorModes, c.OnStoreError) {
 		return fmt.Errorf("on_store_error %q: want local, allow or deny", c.OnStoreError)
 	}
 	if c.StoreTimeout < 0 {
 		return fmt.Errorf("store_timeout %s: must not be negative", time.Duration(c.StoreTimeout))
-	}
-	if strings.ContainsAny(c.KeyPrefix, "{}") {
-		// A hash tag in the prefix would put every organization in one
-		// Redis Cluster slot; the organization is the hash tag.
-		return fmt.Errorf("key_prefix %q: must not contain { or }", c.KeyPrefix)
-	}
-	if len(c.Redis) > 0 {
-		if err := redispool.Validate(c.Redis); err != nil {
-			return fmt.Errorf("redis: %v", err)
-		}
 	}
 	base, err := Override{c.RequestsPerMinute, c.TokensPerSecond, c.TokenBurst}.apply(defaultLimits)
 	if err != nil {

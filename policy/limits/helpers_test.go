@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/systemone/systemone-gateway/internal/redispool"
 )
 
 // fakeClock is a clock the test moves.
@@ -33,20 +36,53 @@ func (c *fakeClock) advance(d time.Duration) {
 
 func i64(v int64) *int64 { return &v }
 
+// shared is what the handler hands a limiter: its Redis client and key
+// prefix.
+type shared struct {
+	urls   []string
+	prefix string
+}
+
+// option sets what the test's handler would hand the limiter.
+type option func(*shared)
+
+// onRedis gives the limiter a Redis client for urls (one server, or a
+// cluster's seed nodes), closed when the test ends.
+func onRedis(urls ...string) option { return func(s *shared) { s.urls = urls } }
+
+// prefixed names the key namespace.
+func prefixed(prefix string) option { return func(s *shared) { s.prefix = prefix } }
+
 // newLimiter builds a Limiter on clk (in process, and for Redis's scripts
-// too when pinRedis), in a key namespace of its own unless cfg names one.
-func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool) (*Limiter, *observer.ObservedLogs) {
+// too when pinRedis), in a key namespace of its own unless an option names
+// one.
+func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ...option) (*Limiter, *observer.ObservedLogs) {
 	t.Helper()
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = t.Name() + ":"
+	sh := shared{prefix: t.Name() + ":"}
+	for _, o := range opts {
+		o(&sh)
+	}
+	var rdb redis.UniversalClient
+	if len(sh.urls) > 0 {
+		var err error
+		if rdb, err = redispool.NewClient(sh.urls); err != nil {
+			t.Fatalf("redis client: %v", err)
+		}
 	}
 	core, logs := observer.New(zap.DebugLevel)
-	l, err := New(cfg, zap.New(core))
+	var client RedisClient
+	if rdb != nil {
+		client = rdb
+	}
+	l, err := New(cfg, client, sh.prefix, zap.New(core))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = l.Close()
+		if rdb != nil {
+			_ = rdb.Close()
+		}
 		if t.Failed() {
 			for _, e := range logs.All() {
 				t.Logf("log: %s %q %v", e.Level, e.Message, e.ContextMap())
@@ -72,3 +108,6 @@ func ownProcess(t testing.TB, l *Limiter) *Limiter {
 	t.Cleanup(func() { _ = l.local.Destruct() })
 	return l
 }
+
+// universal is the test's view of the limiter's Redis client, for hooks.
+func universal(l *Limiter) redis.UniversalClient { return l.redis.client.(redis.UniversalClient) }

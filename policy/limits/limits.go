@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -45,65 +47,70 @@ type Limiter struct {
 	local        *localStore
 	releaseLocal func() error
 	redis        *redisStore // nil without Redis
+	over         *overLimit  // orgs refused by their requests bucket, until it refills
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// New validates cfg, applies its defaults and returns a Limiter holding the
-// shared in-process buckets (and the shared Redis client when cfg names
-// Redis). A nil logger logs nothing. Call Close when the config is retired.
-func New(cfg Config, logger *zap.Logger) (*Limiter, error) {
+// RedisClient is the part of a go-redis client the limiter uses: scripts,
+// and a ping to see a lost server come back. The handler's *redis.Client or
+// *redis.ClusterClient is one; with a cluster, scripts go to the master that
+// owns the organization's slot (see redispool.ForKey).
+type RedisClient interface {
+	redis.Scripter
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// New validates cfg, applies its defaults, resolves placeholders in the
+// organization ids and returns a Limiter. rdb is the gateway's Redis client
+// (the caller keeps owning it); nil keeps the buckets in process. prefix
+// starts every key, in Redis and in process: configs with the same prefix
+// share buckets (across reloads too). A nil logger logs nothing. Call Close
+// when the config is retired.
+func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	repl := caddy.NewReplacer()
 	defaults, _ := Override{cfg.RequestsPerMinute, cfg.TokensPerSecond, cfg.TokenBurst}.apply(defaultLimits)
 	l := &Limiter{
 		defaults: defaults,
 		orgs:     make(map[string]orgLimits, len(cfg.Orgs)),
 		mode:     cfg.OnStoreError,
 		now:      time.Now,
+		over:     newOverLimit(maxOverLimit),
 	}
 	for org, o := range cfg.Orgs {
-		l.orgs[org], _ = o.apply(defaults)
+		l.orgs[repl.ReplaceAll(org, "")], _ = o.apply(defaults)
 	}
 	if l.mode == "" {
 		l.mode = StoreErrorLocal
-	}
-	prefix := cfg.KeyPrefix
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
 	}
 	timeout := time.Duration(cfg.StoreTimeout)
 	if timeout == 0 {
 		timeout = DefaultStoreTimeout
 	}
 	l.local, l.releaseLocal = acquireLocal(prefix)
-	if len(cfg.Redis) > 0 {
-		r, err := newRedisStore(cfg.Redis, prefix, timeout, logger)
-		if err != nil {
-			_ = l.releaseLocal()
-			return nil, err
-		}
-		l.redis = r
+	if rdb != nil {
+		l.redis = newRedisStore(rdb, prefix, timeout, logger)
 	}
 	return l, nil
 }
 
 // Close sends the settlements still queued for Redis (giving up if Redis is
-// lost), stops the background work and releases the shared client and
-// buckets. Calling it again does nothing.
+// lost), stops the background work and releases the shared in-process
+// buckets; the Redis client stays open, its owner closes it. Calling it again
+// does nothing.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		if l.redis != nil {
-			l.closeErr = l.redis.close()
+			l.redis.close()
 		}
-		if err := l.releaseLocal(); l.closeErr == nil {
-			l.closeErr = err
-		}
+		l.closeErr = l.releaseLocal()
 	})
 	return l.closeErr
 }
@@ -189,27 +196,26 @@ func (l *Limiter) Admit(ctx context.Context, org string, estimatedTokens int64) 
 	return l.admit(ctx, org, lim, c)
 }
 
-// AdmitRequest decides on any other request of org: the requests bucket
-// only. Upstream holds apply to evaluations, the requests they came from.
+// AdmitRequest counts one request of org against the requests bucket
+// only, and refuses it when that bucket is empty: any request through the
+// directive other than an evaluation, and an evaluation the gateway refuses
+// itself (413, 422, an open breaker's 529), so that no client can make the
+// gateway read and parse bodies for free. The token bucket is reported (for
+// the rate-limit headers) but neither charged nor consulted; upstream holds
+// apply to forwarded evaluations only.
 func (l *Limiter) AdmitRequest(ctx context.Context, org string) Decision {
 	lim := l.limitsFor(org)
-	// The token bucket rides along unconsulted: stores keep it refilling.
-	return l.admit(ctx, org, lim, check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1})
+	return l.admit(ctx, org, lim, check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1, reportTok: true})
 }
 
-// Peek reports org's buckets without charging them, for the rate-limit
-// headers of an answer the gateway gives before admission (413, 422, an
-// open breaker's 529). It costs what an admission costs (one round trip
-// with Redis) and never refuses: the Decision's Allowed is meaningless.
-func (l *Limiter) Peek(ctx context.Context, org string) Decision {
-	lim := l.limitsFor(org)
-	c := check{req: lim.requests(), tok: lim.tokens(), reqCost: 0, tokCost: -1}
-	if c.tok.on() {
-		c.tokCost = 0
-	}
-	d := l.admit(ctx, org, lim, c)
-	d.Charged = 0
-	return d
+// KnownOver reports whether this instance already knows org to be over its
+// requests-per-minute limit: an admission refused it on that bucket and the
+// bucket has not refilled one request since. The refusal to give is the
+// Decision (its RetryAfter counts from now). It costs no round trip, so the
+// handler asks it before reading a body. Every instance sharing a Redis
+// bucket would refuse the request too: only time refills a requests bucket.
+func (l *Limiter) KnownOver(org string) (Decision, bool) {
+	return l.over.lookup(org, l.now())
 }
 
 func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check) Decision {
@@ -258,7 +264,7 @@ func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *l
 	if c.req.on() {
 		d.Requests = Quota{Limit: lim.rpm, Remaining: max(o.req/unit, 0)}
 	}
-	if c.usesTok() {
+	if c.usesTok() || (c.reportTok && c.tok.on()) {
 		d.Tokens = Quota{Limit: lim.burst, Remaining: max(o.tok/unit, 0)}
 	}
 	if o.allowed {
@@ -266,6 +272,13 @@ func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *l
 			d.Charged = c.tokCost / unit
 		}
 		return d
+	}
+	if o.reqWait > 0 {
+		// Until the requests bucket refills one request, every admission
+		// of this org is refused, on every instance: remember it.
+		over := Decision{Bucket: BucketRequests, Message: requestsMessage(lim, org), Requests: Quota{Limit: lim.rpm}, Tokens: d.Tokens}
+		now := l.now()
+		l.over.note(org, now, now.Add(time.Duration(o.reqWait)*time.Microsecond), over)
 	}
 	wait := max(o.reqWait, o.tokWait, o.holdWait)
 	secs := max((wait+999_999)/1_000_000, 1)
@@ -276,12 +289,16 @@ func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *l
 		d.Message = "Rate limit exceeded: the upstream limited organization " + org + "; retry after " + strconv.FormatInt(secs, 10) + "s"
 	case o.reqWait >= o.tokWait:
 		d.Bucket = BucketRequests
-		d.Message = "Rate limit exceeded: " + strconv.FormatInt(lim.rpm, 10) + " requests per minute for organization " + org
+		d.Message = requestsMessage(lim, org)
 	default:
 		d.Bucket = BucketTokens
 		d.Message = "Rate limit exceeded: " + strconv.FormatInt(lim.tps, 10) + " input tokens per second for organization " + org
 	}
 	return d
+}
+
+func requestsMessage(lim orgLimits, org string) string {
+	return "Rate limit exceeded: " + strconv.FormatInt(lim.rpm, 10) + " requests per minute for organization " + org
 }
 
 // Settle corrects an admitted evaluation's token charge to the upstream's

@@ -28,13 +28,12 @@ func stores(t *testing.T, test func(t *testing.T, mk func(Config) (*Limiter, *fa
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
 		test(t, func(cfg Config) (*Limiter, *fakeClock) {
-			cfg.Redis = []string{srv.URL()}
 			cfg.OnStoreError = StoreErrorDeny // a Redis failure must show
 			// These tests are about arithmetic, not timeouts: a loaded
 			// machine running -race must not time a call out.
 			cfg.StoreTimeout = caddy.Duration(5 * time.Second)
 			clk := newFakeClock()
-			l, _ := newLimiter(t, cfg, clk, true)
+			l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
 			return l, clk
 		})
 	})
@@ -241,7 +240,8 @@ func TestAdmitRequestUsesRequestsOnly(t *testing.T) {
 		mustAllow(t, l.Admit(bg, "acme", 10))
 		mustRefuse(t, l.Admit(bg, "acme", 1), time.Second, "Rate limit exceeded: 1 input tokens per second for organization acme")
 		d := mustAllow(t, l.AdmitRequest(bg, "acme"))
-		if d.Requests != (Quota{3, 1}) || d.Tokens != (Quota{}) || d.Charged != 0 {
+		// The token bucket is reported (for the headers), not charged.
+		if d.Requests != (Quota{3, 1}) || d.Tokens != (Quota{10, 0}) || d.Charged != 0 {
 			t.Fatalf("AdmitRequest: %+v", d)
 		}
 		mustAllow(t, l.AdmitRequest(bg, "acme"))
@@ -320,12 +320,12 @@ func TestSetHeaders(t *testing.T) {
 
 func TestInProcessStateSurvivesReload(t *testing.T) {
 	clk := newFakeClock()
-	old, _ := newLimiter(t, Config{KeyPrefix: "reload:", RequestsPerMinute: i64(60)}, clk, false)
+	old, _ := newLimiter(t, Config{RequestsPerMinute: i64(60)}, clk, false, prefixed("reload:"))
 	for range 60 {
 		mustAllow(t, old.Admit(bg, "acme", 1))
 	}
 	// The new config is provisioned before the old one is cleaned up.
-	next, _ := newLimiter(t, Config{KeyPrefix: "reload:", RequestsPerMinute: i64(120)}, clk, false)
+	next, _ := newLimiter(t, Config{RequestsPerMinute: i64(120)}, clk, false, prefixed("reload:"))
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestInProcessStateSurvivesReload(t *testing.T) {
 	if d := mustAllow(t, next.Admit(bg, "acme", 1)); d.Requests != (Quota{120, 0}) {
 		t.Fatalf("%+v", d.Requests)
 	}
-	other, _ := newLimiter(t, Config{KeyPrefix: "elsewhere:"}, clk, false)
+	other, _ := newLimiter(t, Config{}, clk, false, prefixed("elsewhere:"))
 	mustAllow(t, other.Admit(bg, "acme", 1))
 }
 
@@ -361,30 +361,71 @@ func TestInProcessForgetsFullBuckets(t *testing.T) {
 	}
 }
 
-// Peek reports the buckets without charging them, in process and in Redis.
-func TestPeekChargesNothing(t *testing.T) {
-	for _, store := range []string{"local", "redis"} {
-		t.Run(store, func(t *testing.T) {
-			cfg := Config{RequestsPerMinute: i64(10), TokenBurst: i64(1000), TokensPerSecond: i64(1)}
-			if store == "redis" {
-				cfg.Redis = []string{redistest.Start(t).URL()}
-				cfg.StoreTimeout = caddy.Duration(5 * time.Second)
-			}
-			l, err := New(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			ctx := context.Background()
-			if d := l.Admit(ctx, "acme", 100); !d.Allowed {
-				t.Fatalf("admit: %+v", d)
-			}
-			for i := 0; i < 5; i++ {
-				d := l.Peek(ctx, "acme")
-				if d.Requests.Limit != 10 || d.Requests.Remaining != 9 || d.Tokens.Limit != 1000 || d.Tokens.Remaining < 900 || d.Tokens.Remaining > 901 || d.Charged != 0 {
-					t.Fatalf("peek %d: %+v", i, d)
-				}
-			}
-		})
+// An org refused by its requests bucket is known to be over its limit until
+// the bucket refills one request: KnownOver answers without a store, with
+// the retry-after left, and never for a refusal by another bucket or a hold.
+func TestKnownOver(t *testing.T) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+		l, clk := mk(Config{RequestsPerMinute: i64(2), TokensPerSecond: i64(1), TokenBurst: i64(10)})
+		if _, over := l.KnownOver("acme"); over {
+			t.Fatal("an org never refused is known over")
+		}
+		mustAllow(t, l.AdmitRequest(bg, "acme"))
+		mustAllow(t, l.Admit(bg, "acme", 10))
+		// Tokens refuse first: not a requests refusal, nothing is known.
+		l2, _ := mk(Config{RequestsPerMinute: i64(5), TokensPerSecond: i64(1), TokenBurst: i64(10)})
+		mustAllow(t, l2.Admit(bg, "beta", 10))
+		mustRefuse(t, l2.Admit(bg, "beta", 10), 10*time.Second, "Rate limit exceeded: 1 input tokens per second for organization beta")
+		if _, over := l2.KnownOver("beta"); over {
+			t.Fatal("a token refusal made the org known over its requests limit")
+		}
+
+		mustRefuse(t, l.AdmitRequest(bg, "acme"), 30*time.Second, "Rate limit exceeded: 2 requests per minute for organization acme")
+		var counted *countHook
+		if l.redis != nil {
+			counted = &countHook{}
+			universal(l).AddHook(counted)
+		}
+		d, over := l.KnownOver("acme")
+		if !over || d.Allowed || d.Bucket != BucketRequests || d.RetryAfter != 30*time.Second ||
+			d.Message != "Rate limit exceeded: 2 requests per minute for organization acme" || d.Requests != (Quota{2, 0}) {
+			t.Fatalf("KnownOver: %v %+v", over, d)
+		}
+		clk.advance(29 * time.Second)
+		if d, over := l.KnownOver("acme"); !over || d.RetryAfter != time.Second {
+			t.Fatalf("a second before the refill: %v %+v", over, d)
+		}
+		if _, over := l.KnownOver("other"); over {
+			t.Fatal("another org is known over")
+		}
+		if counted != nil && counted.sent.Load() != 0 {
+			t.Fatalf("KnownOver sent %d commands to Redis", counted.sent.Load())
+		}
+		clk.advance(time.Second)
+		if _, over := l.KnownOver("acme"); over {
+			t.Fatal("still known over once the bucket refilled a request")
+		}
+		mustAllow(t, l.AdmitRequest(bg, "acme"))
+	})
+}
+
+// The table of orgs known over their limit is bounded: org ids come from
+// clients. Past the bound, expired entries are swept; if none expired, a
+// newcomer is not remembered.
+func TestKnownOverIsBounded(t *testing.T) {
+	o := newOverLimit(2)
+	now := time.Unix(1000, 0)
+	o.note("a", now, now.Add(time.Second), Decision{Bucket: BucketRequests})
+	o.note("b", now, now.Add(time.Minute), Decision{Bucket: BucketRequests})
+	o.note("c", now, now.Add(time.Minute), Decision{Bucket: BucketRequests})
+	if _, over := o.lookup("c", now); over || len(o.orgs) != 2 {
+		t.Fatalf("a full table took a newcomer: %d entries", len(o.orgs))
+	}
+	later := now.Add(2 * time.Second)
+	o.note("c", later, later.Add(time.Minute), Decision{Bucket: BucketRequests})
+	_, aOver := o.lookup("a", later)
+	_, cOver := o.lookup("c", later)
+	if aOver || !cOver || len(o.orgs) != 2 {
+		t.Fatalf("the expired entry was not swept for the newcomer: a %v c %v, %d entries", aOver, cOver, len(o.orgs))
 	}
 }

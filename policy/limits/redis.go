@@ -37,8 +37,7 @@ const (
 
 // redisStore keeps the buckets in Redis, shared by every gateway instance.
 type redisStore struct {
-	client  redis.UniversalClient
-	release func() error
+	client  RedisClient // the handler's: never closed here
 	prefix  string
 	timeout time.Duration
 	logger  *zap.Logger
@@ -71,14 +70,9 @@ type pendingSettle struct {
 	delta int64     // tokens
 }
 
-func newRedisStore(urls []string, prefix string, timeout time.Duration, logger *zap.Logger) (*redisStore, error) {
-	client, release, err := redispool.Acquire(urls)
-	if err != nil {
-		return nil, err
-	}
+func newRedisStore(client RedisClient, prefix string, timeout time.Duration, logger *zap.Logger) *redisStore {
 	s := &redisStore{
 		client:   client,
-		release:  release,
 		prefix:   prefix,
 		timeout:  timeout,
 		logger:   logger,
@@ -93,22 +87,21 @@ func newRedisStore(urls []string, prefix string, timeout time.Duration, logger *
 	s.wg.Add(1)
 	s.settleEvery.Store(int64(settleEvery))
 	go s.settleLoop()
-	return s, nil
+	return s
 }
 
-// close sends what is pending (giving up once Redis is lost), stops the
-// background goroutines and releases the client.
-func (s *redisStore) close() error {
+// close sends what is pending (giving up once Redis is lost) and stops the
+// background goroutines. The client stays open: the handler owns it.
+func (s *redisStore) close() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil
+		return
 	}
 	s.closed = true
 	close(s.done)
 	s.mu.Unlock()
 	s.wg.Wait()
-	return s.release()
 }
 
 func (s *redisStore) keys(org string) (bucket, hold string) {

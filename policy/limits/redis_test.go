@@ -40,8 +40,8 @@ func TestRedisMatchesInProcess(t *testing.T) {
 	}
 	clk := newFakeClock()
 	mem, _ := newLimiter(t, cfg, clk, true)
-	cfg.Redis, cfg.StoreTimeout, cfg.OnStoreError = []string{srv.URL()}, slow, StoreErrorDeny
-	red, _ := newLimiter(t, cfg, clk, true)
+	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
+	red, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	orgs := []string{"a", "b{x}", "c", "d"}
@@ -82,7 +82,7 @@ func TestRedisMatchesInProcess(t *testing.T) {
 // TestRedisServerClock runs on the Redis server's TIME, as in production.
 func TestRedisServerClock(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
 	start := time.Now()
 	for range 300 {
 		mustAllow(t, l.Admit(bg, "acme", 1))
@@ -98,13 +98,13 @@ func TestRedisServerClock(t *testing.T) {
 		t.Fatalf("admitted %d more in %s, want at most %d", admitted, time.Since(start), bound)
 	}
 
-	l, _ = newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, RequestsPerMinute: i64(0), TokensPerSecond: i64(1), TokenBurst: i64(10)}, nil, false)
+	l, _ = newLimiter(t, Config{StoreTimeout: slow, RequestsPerMinute: i64(0), TokensPerSecond: i64(1), TokenBurst: i64(10)}, nil, false, onRedis(srv.URL()))
 	mustAllow(t, l.Admit(bg, "acme", 10))
 	// 10 tokens at 1/s: 10s, less the few milliseconds since.
 	mustRefuse(t, l.Admit(bg, "acme", 10), 10*time.Second, "Rate limit exceeded: 1 input tokens per second for organization acme")
 
-	other, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: t.Name() + ":"}, nil, false)
-	l2, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: t.Name() + ":"}, nil, false)
+	other, _ := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()), prefixed(t.Name()+":"))
+	l2, _ := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()), prefixed(t.Name()+":"))
 	ownProcess(t, l2)
 	hold(other, "acme", 3*time.Second)
 	mustRefuse(t, l2.Admit(bg, "acme", 1), 3*time.Second, "Rate limit exceeded: the upstream limited organization acme; retry after 3s")
@@ -112,10 +112,11 @@ func TestRedisServerClock(t *testing.T) {
 
 func TestRedisInstancesShareOneLimit(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny, KeyPrefix: "shared:"}
+	cfg := Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}
+	opts := []option{onRedis(srv.URL()), prefixed("shared:")}
 	clk := newFakeClock()
-	a, _ := newLimiter(t, cfg, clk, true)
-	b, _ := newLimiter(t, cfg, clk, true)
+	a, _ := newLimiter(t, cfg, clk, true, opts...)
+	b, _ := newLimiter(t, cfg, clk, true, opts...)
 	ownProcess(t, b)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -153,10 +154,10 @@ func TestRedisInstancesShareOneLimit(t *testing.T) {
 
 func TestRedisCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	cfg := Config{Redis: cluster.URLs(), StoreTimeout: slow, OnStoreError: StoreErrorDeny, RequestsPerMinute: i64(3)}
+	cfg := Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny, RequestsPerMinute: i64(3)}
 	clk := newFakeClock()
-	a, _ := newLimiter(t, cfg, clk, true)
-	b, _ := newLimiter(t, cfg, clk, true)
+	a, _ := newLimiter(t, cfg, clk, true, onRedis(cluster.URLs()...))
+	b, _ := newLimiter(t, cfg, clk, true, onRedis(cluster.URLs()...))
 	ownProcess(t, b)
 	for i := range 30 {
 		org := "org{" + strconv.Itoa(i) + "}" // braces must not break the hash tag
@@ -223,13 +224,12 @@ func TestRedisStopped(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
 			l, logs := newLimiter(t, Config{
-				Redis:             []string{srv.URL()},
 				OnStoreError:      mode,
 				RequestsPerMinute: i64(2),
 				StoreTimeout:      caddy.Duration(50 * time.Millisecond),
-			}, nil, false)
+			}, nil, false, onRedis(srv.URL()))
 			hook := &countHook{}
-			l.redis.client.AddHook(hook)
+			universal(l).AddHook(hook)
 			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil {
 				t.Fatal("admitted without Redis")
 			}
@@ -336,10 +336,9 @@ func blackHole(t *testing.T) string {
 
 func TestRedisBlackHoled(t *testing.T) {
 	l, logs := newLimiter(t, Config{
-		Redis:        []string{blackHole(t)},
 		OnStoreError: StoreErrorDeny,
 		StoreTimeout: caddy.Duration(50 * time.Millisecond),
-	}, nil, false)
+	}, nil, false, onRedis(blackHole(t)))
 	for i := range 5 {
 		start := time.Now()
 		d := l.Admit(bg, "acme", 1)
@@ -366,7 +365,7 @@ func TestRedisBlackHoled(t *testing.T) {
 
 func TestRedisScriptFlushed(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, newFakeClock(), true)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, newFakeClock(), true, onRedis(srv.URL()))
 	mustAllow(t, l.Admit(bg, "acme", 1))
 	if reply, err := srv.Do("SCRIPT", "FLUSH"); err != nil || reply != "+OK" {
 		t.Fatalf("SCRIPT FLUSH: %q %v", reply, err)
@@ -427,9 +426,9 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
 	hook := &countHook{}
-	l.redis.client.AddHook(hook)
+	universal(l).AddHook(hook)
 	mustAllow(t, l.Admit(bg, "warm", 1)) // connect
 	srv.Do("CONFIG", "RESETSTAT")
 	hook.sent.Store(0)
@@ -451,11 +450,11 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 // still ends up where each would have put it.
 func TestRedisSettlementsAddUp(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
 	l.redis.settleEvery.Store(int64(time.Hour))        // only a drain ends the pause
 	settle(l, mustAllow(t, l.Admit(bg, "warm", 1)), 0) // loads both scripts
 	hook := &countHook{}
-	l.redis.client.AddHook(hook)
+	universal(l).AddHook(hook)
 	var admitted []Decision
 	for range 10 {
 		admitted = append(admitted, mustAllow(t, l.Admit(bg, "acme", 1000)))
@@ -529,8 +528,7 @@ func TestRedisNeverRetriesTheScript(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := startDropProxy(t, srv.Addr)
 	clk := newFakeClock()
-	cfg := Config{Redis: []string{"redis://" + proxy.addr}, StoreTimeout: slow, KeyPrefix: "retry:"}
-	l, _ := newLimiter(t, cfg, clk, true)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow}, clk, true, onRedis("redis://"+proxy.addr), prefixed("retry:"))
 	mustAllow(t, l.Admit(bg, "acme", 1))
 	proxy.dropNext.Store(true)
 	// The script runs, its answer is lost: the admission falls back to the
@@ -538,8 +536,7 @@ func TestRedisNeverRetriesTheScript(t *testing.T) {
 	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
 		t.Fatalf("lost answer: %+v, want the in-process fallback", d)
 	}
-	cfg.Redis = []string{srv.URL()}
-	direct, _ := newLimiter(t, cfg, clk, true)
+	direct, _ := newLimiter(t, Config{StoreTimeout: slow}, clk, true, onRedis(srv.URL()), prefixed("retry:"))
 	if d := mustAllow(t, direct.Admit(bg, "acme", 1)); d.Requests.Remaining != 297 {
 		t.Fatalf("remaining %d, want 297: the script ran %d times for 2 admissions", d.Requests.Remaining, 299-d.Requests.Remaining)
 	}
@@ -547,7 +544,7 @@ func TestRedisNeverRetriesTheScript(t *testing.T) {
 
 func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 	srv := redistest.Start(t)
-	l, logs := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: "wrong:"}, nil, false)
+	l, logs := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()), prefixed("wrong:"))
 	srv.Do("SET", "wrong:{acme}:b", "not a hash")
 	for range 10 {
 		if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
@@ -599,7 +596,7 @@ func TestRedisSettlementQueueIsBounded(t *testing.T) {
 
 func TestRedisKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{Redis: []string{srv.URL()}, StoreTimeout: slow, KeyPrefix: "ttl:"}, newFakeClock(), true)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow}, newFakeClock(), true, onRedis(srv.URL()), prefixed("ttl:"))
 	mustAllow(t, l.Admit(bg, "acme", 1000)) // tokens full again in 1s
 	reply, _ := srv.Do("PTTL", "ttl:{acme}:b")
 	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 0 || ms > 1001 {

@@ -3,6 +3,9 @@ package route
 import (
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/systemone/systemone-gateway/evaluation"
 )
@@ -52,9 +55,7 @@ const DefaultMaxLen = 100000
 // each version pinned at most once, a known `unpinned` value and a named
 // stream.
 func (c Config) Validate() error {
-	switch c.Unpinned {
-	case "", RouteHuman, RouteAuto:
-	default:
+	if c.Unpinned != "" && !slices.Contains(Routes, c.Unpinned) {
 		return fmt.Errorf("unpinned must be %q or %q, not %q", RouteHuman, RouteAuto, c.Unpinned)
 	}
 	seen := make(map[string]bool, len(c.Pins))
@@ -88,6 +89,30 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// replaced returns c with placeholders such as {env.NAME} resolved in its
+// names: pinned versions, question ids and the stream.
+func (c Config) replaced(repl *caddy.Replacer) Config {
+	pins := make([]Pin, len(c.Pins))
+	for i, p := range c.Pins {
+		p.Version = repl.ReplaceAll(p.Version, "")
+		if len(p.Questions) > 0 {
+			questions := make(map[string]float64, len(p.Questions))
+			for id, t := range p.Questions {
+				questions[repl.ReplaceAll(id, "")] = t
+			}
+			p.Questions = questions
+		}
+		pins[i] = p
+	}
+	c.Pins = pins
+	if c.Queue != nil {
+		q := *c.Queue
+		q.Stream = repl.ReplaceAll(q.Stream, "")
+		c.Queue = &q
+	}
+	return c
+}
+
 // typeThreshold is a pin's threshold for one question type; v is nil when
 // the pin has none.
 type typeThreshold struct {
@@ -101,3 +126,11 @@ func (p Pin) typeThresholds() [3]typeThreshold {
 
 // inUnit reports whether v is in 0..1; NaN is not.
 func inUnit(v float64) bool { return v >= 0 && v <= 1 }
+
+// CheckThreshold returns the error a threshold outside 0..1 gets.
+func CheckThreshold(v float64) error {
+	if !inUnit(v) {
+		return fmt.Errorf("threshold %v is outside 0..1", v)
+	}
+	return nil
+}

@@ -44,7 +44,7 @@ const (
 
 // queue is the review stream.
 type queue struct {
-	client         redis.UniversalClient
+	client         StreamWriter
 	stream         string
 	maxLen         int64
 	includeContent bool
@@ -60,7 +60,7 @@ type queue struct {
 	enqueued, dropped, failed atomic.Int64
 }
 
-func newQueue(cfg Queue, client redis.UniversalClient, logger *zap.Logger) *queue {
+func newQueue(cfg Queue, client StreamWriter, logger *zap.Logger) *queue {
 	maxLen := cfg.MaxLen
 	if maxLen == 0 {
 		maxLen = DefaultMaxLen

@@ -5,8 +5,10 @@
 package route
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -18,6 +20,9 @@ const (
 	RouteAuto  = "auto"
 	RouteHuman = "human"
 )
+
+// Routes lists the routes, the default of `unpinned` first.
+var Routes = []string{RouteHuman, RouteAuto}
 
 // Reasons of a Decision. When several causes force a human, the reported one
 // is the first of: ReasonUnreadableResponse, ReasonUnpinnedVersion,
@@ -59,10 +64,18 @@ type pin struct {
 	questions map[string]float64 // question id -> threshold
 }
 
-// New validates cfg and returns its Router. client is the Redis client of the
-// review queue: required when cfg.Queue is set, ignored otherwise; the caller
-// keeps owning it. A nil logger discards the queue's logs.
-func New(cfg Config, client redis.UniversalClient, logger *zap.Logger) (*Router, error) {
+// StreamWriter is the part of a go-redis client the review queue uses; the
+// handler's *redis.Client or *redis.ClusterClient is one.
+type StreamWriter interface {
+	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
+}
+
+// New resolves placeholders in cfg's names (versions, question ids, the
+// stream), validates it and returns its Router. client is the handler's Redis
+// client: required when cfg.Queue is set, ignored otherwise; the caller keeps
+// owning it. A nil logger discards the queue's logs.
+func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
+	cfg = cfg.replaced(caddy.NewReplacer())
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,7 +97,7 @@ func New(cfg Config, client redis.UniversalClient, logger *zap.Logger) (*Router,
 	}
 	if q := cfg.Queue; q != nil {
 		if client == nil {
-			return nil, fmt.Errorf("queue %q: no Redis client", q.Stream)
+			return nil, fmt.Errorf("queue %q needs the systemone block's redis", q.Stream)
 		}
 		r.queue = newQueue(*q, client, logger)
 	}

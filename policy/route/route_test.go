@@ -442,7 +442,7 @@ func TestNewValidates(t *testing.T) {
 		{"unknown unpinned", Config{Unpinned: "maybe"}, `unpinned must be "human" or "auto", not "maybe"`},
 		{"queue without stream", Config{Queue: &Queue{}}, "queue: empty stream name"},
 		{"negative maxlen", Config{Queue: &Queue{Stream: "s", MaxLen: -1}}, "negative maxlen"},
-		{"queue without client", Config{Queue: &Queue{Stream: "review"}}, `queue "review": no Redis client`},
+		{"queue without client", Config{Queue: &Queue{Stream: "review"}}, `queue "review" needs the systemone block's redis`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

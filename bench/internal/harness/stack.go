@@ -198,13 +198,13 @@ func simulatorCaddyfile(port, admin int, dir string) string {
 // on every request and never refuse one.
 func proxyCaddyfile(admin int, dir string, upstream int, guardrailsURL, redisURL string, sites map[string]int) string {
 	up := "127.0.0.1:" + strconv.Itoa(upstream)
-	limits := fmt.Sprintf(`		limits {
-			redis %s
+	redis := fmt.Sprintf("\t\tredis %s\n", redisURL)
+	limits := `		limits {
 			requests_per_minute 10000000
 			tokens_per_second   10000000
 			token_burst         10000000
 		}
-`, redisURL)
+`
 	policies := `		breaker {
 			failures  5
 			open_for  30s
@@ -227,10 +227,10 @@ func proxyCaddyfile(admin int, dir string, upstream int, guardrailsURL, redisURL
 `, guardrailsURL, extra)
 	}
 	gateway := map[string]string{
-		Limits:           limits + policies,
-		LimitsLocal:      strings.Replace(limits, "\t\t\tredis "+redisURL+"\n", "", 1) + policies,
-		Guardrails:       limits + policies + guardrails(""),
-		GuardrailsCached: limits + policies + guardrails("\t\t\tcache 10m\n"),
+		Limits:           redis + limits + policies,
+		LimitsLocal:      limits + policies,
+		Guardrails:       redis + limits + policies + guardrails(""),
+		GuardrailsCached: redis + limits + policies + guardrails("\t\t\tcache 10m\n"),
 	}
 	var b strings.Builder
 	b.WriteString(globalOptions(admin, dir, "proxy"))

@@ -1,0 +1,176 @@
+package caddyfile
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/dustin/go-humanize"
+	"github.com/systemone/systemone-gateway/policy/route"
+)
+
+// block calls fn with the name of each subdirective in the block at the
+// dispenser's nesting, refusing one given twice unless it is repeatable.
+func block(d *caddyfile.Dispenser, fn func(name string) error, repeatable ...string) error {
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] && !slices.Contains(repeatable, name) {
+			return d.Errf("duplicate %s", name)
+		}
+		seen[name] = true
+		if err := fn(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stringArg reads exactly one argument, kept verbatim (placeholders included).
+func stringArg(d *caddyfile.Dispenser) (string, error) {
+	if !d.NextArg() {
+		return "", d.ArgErr()
+	}
+	v := d.Val()
+	if v == "" {
+		return "", d.Errf("%s must not be empty", lastDirective(d))
+	}
+	return v, nil
+}
+
+// lastDirective names the subdirective whose argument is being read.
+func lastDirective(d *caddyfile.Dispenser) string {
+	d.Prev()
+	name := d.Val()
+	d.Next()
+	return name
+}
+
+// resolvedArg reads one argument with placeholders such as {env.NAME}
+// replaced, for values that must be parsed now.
+func resolvedArg(d *caddyfile.Dispenser) (string, error) {
+	if !d.NextArg() {
+		return "", d.ArgErr()
+	}
+	return caddy.NewReplacer().ReplaceAll(d.Val(), ""), nil
+}
+
+// oneOf reads exactly one argument, placeholders resolved, that must be
+// one of the values the policy's package lists.
+func oneOf(d *caddyfile.Dispenser, allowed []string) (string, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(allowed, v) {
+		return "", d.Errf("%q is not one of %v", v, allowed)
+	}
+	if d.NextArg() {
+		return "", d.ArgErr()
+	}
+	return v, nil
+}
+
+// listOf reads one or more arguments, placeholders resolved, each one of
+// the values the policy's package lists.
+func listOf(d *caddyfile.Dispenser, allowed []string) ([]string, error) {
+	var out []string
+	for d.NextArg() {
+		v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
+		if !slices.Contains(allowed, v) {
+			return nil, d.Errf("%q is not one of %v", v, allowed)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, d.ArgErr()
+	}
+	return out, nil
+}
+
+// blockErr reports an error that a policy's Validate found in a whole
+// block, at the line that opened the block. Call it where the block begins.
+func blockErr(d *caddyfile.Dispenser) func(error) error {
+	name, file, line := d.Val(), d.File(), d.Line()
+	return func(err error) error {
+		return fmt.Errorf("%s: %v, at %s:%d", name, err, file, line)
+	}
+}
+
+// countArg reads a non-negative whole number (0 turns a bucket off).
+func countArg(d *caddyfile.Dispenser) (*int64, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return nil, d.Errf("%q is not a whole number >= 0", v)
+	}
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	return &n, nil
+}
+
+func positiveArg(d *caddyfile.Dispenser) (*int64, error) {
+	n, err := countArg(d)
+	if err != nil {
+		return nil, err
+	}
+	if *n == 0 || *n > math.MaxUint32 {
+		return nil, d.Errf("%d is not a whole number from 1 to %d", *n, uint32(math.MaxUint32))
+	}
+	return n, nil
+}
+
+func thresholdArg(d *caddyfile.Dispenser) (*float64, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return nil, err
+	}
+	t, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return nil, d.Errf("threshold %q is not a number", v)
+	}
+	if err := route.CheckThreshold(t); err != nil {
+		return nil, d.Err(err.Error())
+	}
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	return &t, nil
+}
+
+func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return 0, err
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur <= 0 {
+		return 0, d.Errf("%q is not a positive duration", v)
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return caddy.Duration(dur), nil
+}
+
+func sizeArg(d *caddyfile.Dispenser) (uint64, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return 0, err
+	}
+	size, err := humanize.ParseBytes(v)
+	if err != nil {
+		return 0, d.Errf("%q is not a size (such as 4MiB or 512KB)", v)
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return size, nil
+}

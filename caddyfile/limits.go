@@ -1,0 +1,77 @@
+package caddyfile
+
+import (
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/systemone/systemone-gateway/policy/limits"
+)
+
+// parseLimits parses the `limits` block; package limits validates it.
+func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	at := blockErr(d)
+	cfg := new(limits.Config)
+	if err := block(d, func(name string) (err error) {
+		switch name {
+		case "redis", "key_prefix":
+			return d.Errf("%s moved from the limits block to the systemone block: write it directly under systemone", name)
+		case "requests_per_minute":
+			cfg.RequestsPerMinute, err = countArg(d)
+		case "tokens_per_second":
+			cfg.TokensPerSecond, err = countArg(d)
+		case "token_burst":
+			cfg.TokenBurst, err = countArg(d)
+		case "org":
+			err = parseOrg(d, cfg)
+		case "on_store_error":
+			cfg.OnStoreError, err = oneOf(d, limits.StoreErrorModes)
+		case "store_timeout":
+			cfg.StoreTimeout, err = durationArg(d)
+		default:
+			return d.Errf("unknown limits subdirective %q", name)
+		}
+		return err
+	}, "org"); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, at(err)
+	}
+	return cfg, nil
+}
+
+func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
+	id, err := stringArg(d)
+	if err != nil {
+		return err
+	}
+	if _, dup := cfg.Orgs[id]; dup {
+		return d.Errf("duplicate org %q", id)
+	}
+	var o limits.Override
+	if err := block(d, func(name string) (err error) {
+		switch name {
+		case "requests_per_minute":
+			o.RequestsPerMinute, err = countArg(d)
+		case "tokens_per_second":
+			o.TokensPerSecond, err = countArg(d)
+		case "token_burst":
+			o.TokenBurst, err = countArg(d)
+		default:
+			return d.Errf("unknown org subdirective %q", name)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if o == (limits.Override{}) {
+		return d.Errf("org %q overrides nothing", id)
+	}
+	if cfg.Orgs == nil {
+		cfg.Orgs = map[string]limits.Override{}
+	}
+	cfg.Orgs[id] = o
+	return nil
+}

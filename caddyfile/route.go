@@ -1,0 +1,111 @@
+package caddyfile
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/systemone/systemone-gateway/policy/route"
+)
+
+// parseRoute parses the `route` block; package route validates it.
+func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	at := blockErr(d)
+	cfg := new(route.Config)
+	if err := block(d, func(name string) (err error) {
+		switch name {
+		case "pin":
+			err = parsePin(d, cfg)
+		case "unpinned":
+			cfg.Unpinned, err = oneOf(d, route.Routes)
+		case "queue":
+			cfg.Queue, err = parseQueue(d)
+		default:
+			return d.Errf("unknown route subdirective %q", name)
+		}
+		return err
+	}, "pin"); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, at(err)
+	}
+	return cfg, nil
+}
+
+func parsePin(d *caddyfile.Dispenser, cfg *route.Config) error {
+	version, err := stringArg(d)
+	if err != nil {
+		return err
+	}
+	for _, p := range cfg.Pins {
+		if p.Version == version {
+			return d.Errf("version %q is pinned twice", version)
+		}
+	}
+	pin := route.Pin{Version: version}
+	if err := block(d, func(name string) (err error) {
+		switch name {
+		case "noul":
+			pin.Noul, err = thresholdArg(d)
+		case "choice":
+			pin.Choice, err = thresholdArg(d)
+		case "score":
+			pin.Score, err = thresholdArg(d)
+		case "question":
+			var id string
+			var t *float64
+			if id, err = stringArg(d); err != nil {
+				return err
+			}
+			if t, err = thresholdArg(d); err != nil {
+				return err
+			}
+			if _, dup := pin.Questions[id]; dup {
+				return d.Errf("question %q has two thresholds in pin %q", id, version)
+			}
+			if pin.Questions == nil {
+				pin.Questions = map[string]float64{}
+			}
+			pin.Questions[id] = *t
+		default:
+			return d.Errf("unknown pin subdirective %q", name)
+		}
+		return err
+	}, "question"); err != nil {
+		return err
+	}
+	cfg.Pins = append(cfg.Pins, pin)
+	return nil
+}
+
+func parseQueue(d *caddyfile.Dispenser) (*route.Queue, error) {
+	stream, err := stringArg(d)
+	if err != nil {
+		return nil, err
+	}
+	q := &route.Queue{Stream: stream}
+	for d.NextArg() {
+		switch d.Val() {
+		case "maxlen":
+			if q.MaxLen != 0 {
+				return nil, d.Err("duplicate maxlen")
+			}
+			v, err := resolvedArg(d)
+			if err != nil {
+				return nil, err
+			}
+			if q.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || q.MaxLen < 1 {
+				return nil, d.Errf("maxlen %q is not a whole number >= 1", v)
+			}
+		case "include_content":
+			q.IncludeContent = true
+		default:
+			return nil, d.Errf("queue takes a stream, then maxlen <n> and include_content, not %q", d.Val())
+		}
+	}
+	return q, nil
+}
