@@ -673,7 +673,8 @@ func BenchmarkAllowOpenParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkAllowDone measures what a closed breaker adds to every request.
+// BenchmarkAllowDone measures what the breaker adds to every request for a
+// model that has never failed (and so has no breaker).
 func BenchmarkAllowDone(b *testing.B) {
 	s, err := New(Config{}, nil)
 	if err != nil {
@@ -698,4 +699,20 @@ func TestReloadCleanupBeforeFirstRequest(t *testing.T) {
 		old.Close()
 		wantRejection(t, reloaded, "m", "open", 30*time.Second)
 	})
+}
+
+// BenchmarkAllowDoneWithBreaker measures a model that has a (closed)
+// breaker: one that failed once and recovered.
+func BenchmarkAllowDoneWithBreaker(b *testing.B) {
+	s, err := New(Config{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	forward(s, "bench-breaker", 529)
+	b.ReportAllocs()
+	for b.Loop() {
+		ticket, _ := s.Allow("bench-breaker")
+		ticket.Done(200, nil)
+	}
 }
