@@ -2,6 +2,8 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -134,5 +136,45 @@ func TestBreakerIgnoresQuotaAndCancellation(t *testing.T) {
 	resp, _ := post(t, url, "k", modelBody("m"))
 	if resp.StatusCode != 429 || resp.Header.Get("X-Gateway-Reject") == "breaker_open" {
 		t.Errorf("after 429s and cancellations: %d %q, want the upstream's 429", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"))
+	}
+}
+
+// Model names are the client's: names the upstream answers 404 and requests
+// the limiter refuses create no breaker and no metric series, so a real
+// version that fails afterwards still gets its breaker.
+func TestBreakerJunkModelsTakeNoSlot(t *testing.T) {
+	sim := newSimulator(t, simulator.Handler{})
+	gw, url := site(t, sim.Addr(), "\t\tbreaker {\n\t\t\tfailures 3\n\t\t\topen_for 1m\n\t\t}\n\t\tlimits {\n\t\t\trequests_per_minute 100\n\t\t}\n")
+	metricsPort := gatewaytest.FreePort(t)
+	gatewaytest.Load(t, gw+fmt.Sprintf(":%d {\n\tmetrics\n}\n", metricsPort))
+
+	statuses := map[int]int{}
+	for i := 0; i < 300; i++ {
+		model := fmt.Sprintf("junk-e2e-%d", i)
+		resp, _ := post(t, url, "junk-key", modelBody(model))
+		statuses[resp.StatusCode]++
+		post(t, url, "", modelBody(model)) // unauthenticated: 401
+	}
+	if statuses[404] == 0 || statuses[429] == 0 || statuses[404]+statuses[429] != 300 {
+		t.Fatalf("junk answers %v, want 404s then 429s", statuses)
+	}
+	for i := 0; i < 3; i++ {
+		post(t, url, "real-key", modelBody("service-9.9.9"), "X-Simulator-Overloaded", "1")
+	}
+	if resp, _ := post(t, url, "real-key", modelBody("service-9.9.9")); resp.StatusCode != 529 || resp.Header.Get("X-Gateway-Reject") != "breaker_open" {
+		t.Errorf("after 3 overloads: %d %q, want the breaker open", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"))
+	}
+
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(raw), `systemone_breaker_state{model="service-9.9.9"} 2`) {
+		t.Errorf("metrics lack systemone_breaker_state{model=\"service-9.9.9\"} 2")
+	}
+	if strings.Contains(string(raw), "junk-e2e-") {
+		t.Errorf("metrics hold a series for a junk model")
 	}
 }

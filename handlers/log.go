@@ -25,7 +25,7 @@ func (h *Handler) record(x *exchange) {
 	if h.PerOrgMetrics {
 		orgLabel = x.org
 	}
-	h.metrics.observe(x, orgLabel, breakerState)
+	h.metrics.observe(x, orgLabel)
 
 	ce := h.logger.Check(zapcore.InfoLevel, "systemone request")
 	if ce == nil {

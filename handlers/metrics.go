@@ -6,17 +6,19 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/systemone/systemone-gateway/policy/breaker"
 )
 
 // metrics are the gateway's Prometheus collectors, registered on Caddy's
 // metrics registry (served by the `metrics` handler and the admin
-// endpoint). Every vector has an `org` label, empty unless per_org_metrics
+// endpoint). Every counter has an `org` label, empty unless per_org_metrics
 // is on: org ids are unbounded, and a label per org can swamp Prometheus.
 type metrics struct {
 	requests        *prometheus.CounterVec
 	guardrails      *prometheus.CounterVec
 	limitRejections *prometheus.CounterVec
-	breakerState    *prometheus.GaugeVec
+	breakerState    prometheus.Collector // the breaker package's: it knows which models have a breaker
 	inputTokens     *prometheus.CounterVec
 	cost            *prometheus.CounterVec
 }
@@ -40,10 +42,7 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Namespace: namespace, Name: "limit_rejections_total",
 			Help: "Requests refused by the rate limiter, by bucket (requests, tokens, upstream_hold, unavailable).",
 		}, []string{"bucket", "org"}),
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "breaker_state",
-			Help: "Circuit breaker state per requested model, as last seen by a request: 0 closed, 1 half-open, 2 open.",
-		}, []string{"model"}),
+		breakerState: breaker.StateCollector(),
 		inputTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "input_tokens_total",
 			Help: "Input tokens the upstream billed (usage.input_tokens of 200 answers).",
@@ -94,10 +93,8 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, nil
 }
 
-var breakerGauge = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
-
 // observe counts one finished evaluation request.
-func (m *metrics) observe(x *exchange, org string, breakerState string) {
+func (m *metrics) observe(x *exchange, org string) {
 	outcome := "forwarded"
 	if x.reject != "" {
 		outcome = x.reject
@@ -115,9 +112,6 @@ func (m *metrics) observe(x *exchange, org string, breakerState string) {
 		m.limitRejections.WithLabelValues(x.limits.Bucket, org).Inc()
 	case rejectLimiterDown:
 		m.limitRejections.WithLabelValues("unavailable", org).Inc()
-	}
-	if state, ok := breakerGauge[breakerState]; ok && x.req != nil {
-		m.breakerState.WithLabelValues(x.req.ModelOrDefault()).Set(state)
 	}
 	if x.hasUsage {
 		m.inputTokens.WithLabelValues(org).Add(float64(x.usage))

@@ -15,8 +15,14 @@
 //	// ... other policies; forward ...
 //	t.Done(status, err)
 //
-// Breakers live in a package-level pool keyed by model and settings, so a
-// config reload with the same breaker settings keeps every breaker's state.
+// Model names come from clients, so a model gets a breaker only when one of
+// its requests fails: a model that has never failed is simply admitted, and a
+// request refused or abandoned before the upstream answered never creates
+// anything. The breakers of one breaker setting live in one table, bounded by
+// MaxModels, in a package-level pool: every loaded config with the same
+// settings shares it, so a config reload that leaves the breaker settings
+// unchanged keeps every breaker's state (an open breaker stays open), and a
+// reload that changes them starts with an empty table.
 package breaker
 
 import (
@@ -25,7 +31,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,38 +47,57 @@ const (
 	DefaultHalfOpen = 1
 )
 
-// MaxModels bounds how many models one Set keeps a breaker for, because
-// model names come from clients. A model first seen once the bound is reached
-// is not circuit-broken: Allow admits it, State reports "", and one warning
-// is logged per Set. The next config load starts counting afresh.
+// MaxModels bounds the breakers one table (one breaker setting, shared by
+// every config that has it) holds: 1000. Only models that have failed take a
+// place. When a new model fails and the table is full, closed breakers are
+// dropped first, those with no failures since they last closed or succeeded
+// before those in the middle of a run, the least recently used first; an
+// open or half-open breaker is dropped only when every breaker in the table
+// is open or half-open, and then only the least recently used one. A dropped
+// model is admitted, like any model that has not failed, until it fails
+// again.
 const MaxModels = 1000
+
+// evictBatch is how many closed breakers a full table drops at once, so
+// that a stream of new failing models pays for the scan once per batch.
+const evictBatch = MaxModels / 8
 
 // MaxModelLen is the longest model name, in bytes, that gets a breaker;
 // longer names are not circuit-broken (the upstream answers them 404).
 const MaxModelLen = 256
 
-// breakers holds every live breaker, shared by the Sets of old and new
-// configs during a reload. Keys are settings plus model (see Set.key).
-var breakers = caddy.NewUsagePool()
+// tables holds one *table per breaker setting in use by a live Set (see
+// settings.key).
+var tables = caddy.NewUsagePool()
+
+// tableSeq orders tables by creation, so the metric reports a model
+// that two settings hold (during a reload) from the newest table.
+var tableSeq atomic.Uint64
+
+// settings are what makes two breakers interchangeable.
+type settings struct {
+	failures uint32
+	openFor  time.Duration
+	halfOpen uint32
+}
+
+func (st settings) key() string {
+	return fmt.Sprintf("failures=%d open_for=%d half_open=%d", st.failures, int64(st.openFor), st.halfOpen)
+}
 
 // Set is the breakers of one loaded config. Its methods are safe for
 // concurrent use; a nil *Set admits everything, so a handler without a
 // breaker block can call it unconditionally.
 type Set struct {
-	failures uint32
-	openFor  time.Duration
-	halfOpen uint32
-	logger   *zap.Logger
-
-	mu     sync.RWMutex
-	models map[string]*breaker // nil once closed
-	full   bool                // MaxModels reached and logged
+	table  *table
+	logger *zap.Logger
+	closed atomic.Bool
 }
 
 // New returns a Set with cfg's settings, zero fields taking their defaults.
-// Breakers are created when a model is first asked for. logger receives the
-// state changes (warn on open, info on close, info on half-open); nil
-// discards them. Call Close when the config is unloaded.
+// A Set with the same settings as a live one shares its breakers. logger
+// receives the state changes (warn on open, info on close, info on
+// half-open); nil discards them. Call Close when the config is unloaded.
 func New(cfg Config, logger *zap.Logger) (*Set, error) {
 	if cfg.OpenFor < 0 {
 		return nil, fmt.Errorf("breaker: open_for must be positive, got %v", time.Duration(cfg.OpenFor))
@@ -81,33 +105,20 @@ func New(cfg Config, logger *zap.Logger) (*Set, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	s := &Set{
+	st := settings{
 		failures: cmp.Or(cfg.Failures, DefaultFailures),
 		openFor:  cmp.Or(time.Duration(cfg.OpenFor), DefaultOpenFor),
 		halfOpen: cmp.Or(cfg.HalfOpen, DefaultHalfOpen),
-		logger:   logger,
-		models:   make(map[string]*breaker),
 	}
-	s.adopt()
-	return s, nil
-}
-
-// adopt takes a share of every live breaker with the Set's settings. Caddy
-// provisions the new config of a reload, then cleans up the old one before
-// the new one has seen a request: without this, a model's breaker would lose
-// its last user in between and an open breaker would close on a reload.
-func (s *Set) adopt() {
-	prefix := s.key("")
-	var models []string
-	breakers.Range(func(key, _ any) bool {
-		if k := key.(string); strings.HasPrefix(k, prefix) {
-			models = append(models, strings.TrimPrefix(k, prefix))
-		}
-		return len(models) < MaxModels
+	v, _, err := tables.LoadOrNew(st.key(), func() (caddy.Destructor, error) {
+		return &table{settings: st, seq: tableSeq.Add(1), models: make(map[string]*breaker)}, nil
 	})
-	for _, model := range models {
-		s.breaker(model)
+	if err != nil { // the constructor never fails
+		return nil, fmt.Errorf("breaker: %v", err)
 	}
+	s := &Set{table: v.(*table), logger: logger}
+	s.table.join(s)
+	return s, nil
 }
 
 // Allow asks model's breaker to admit one request. model is the requested
@@ -116,13 +127,18 @@ func (s *Set) adopt() {
 // Admitted, it returns a Ticket that must be settled once: Done with the
 // upstream's result, or Cancel if the request is not forwarded after all.
 // Rejected (open, or half-open with every probe slot taken), it returns a
-// nil Ticket and a Rejection for the 529 answer. It does no network I/O;
-// rejecting takes about 0.2µs.
+// nil Ticket and a Rejection for the 529 answer. A model without a breaker
+// is admitted, and its Ticket creates the breaker if the request fails. It
+// does no network I/O; rejecting takes about 0.3µs.
 func (s *Set) Allow(model string) (*Ticket, *Rejection) {
-	b := s.breaker(model)
-	if b == nil {
+	if s == nil || s.closed.Load() || len(model) > MaxModelLen {
 		return &Ticket{}, nil
 	}
+	b := s.table.lookup(model)
+	if b == nil {
+		return &Ticket{table: s.table, model: model}, nil
+	}
+	b.touch()
 	done, err := b.cb.Allow()
 	if err != nil {
 		return nil, b.rejection(err)
@@ -131,103 +147,185 @@ func (s *Set) Allow(model string) (*Ticket, *Rejection) {
 }
 
 // State returns model's breaker state for the request log: "closed", "open"
-// or "half-open"; "" when model has no breaker (never asked for, or not
-// circuit-broken, see MaxModels).
+// or "half-open"; "closed" too for a model without a breaker, which is
+// admitted; "" when model is not circuit-broken (over MaxModelLen, or the
+// Set is nil or closed).
 func (s *Set) State(model string) string {
-	if s == nil {
+	if s == nil || s.closed.Load() || len(model) > MaxModelLen {
 		return ""
 	}
-	s.mu.RLock()
-	b := s.models[model]
-	s.mu.RUnlock()
-	if b == nil {
-		return ""
+	if b := s.table.lookup(model); b != nil {
+		return b.cb.State().String()
 	}
-	return b.cb.State().String()
+	return gobreaker.StateClosed.String()
 }
 
-// Close releases the Set's breakers; a breaker another live Set uses keeps
-// its state. Tickets already handed out stay valid. Afterwards the Set admits
-// everything. Calling Close again does nothing.
+// Close releases the Set's share of its table; the breakers live on while
+// another live Set has the same settings. Tickets already handed out stay
+// valid. Afterwards the Set admits everything. Calling Close again does
+// nothing.
 func (s *Set) Close() {
-	if s == nil {
+	if s == nil || !s.closed.CompareAndSwap(false, true) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.models {
-		b.removeOwner(s)
-		// Destruct does nothing, so Delete cannot fail.
-		_, _ = breakers.Delete(b.key)
-	}
-	s.models = nil
+	s.table.leave(s)
+	// Destruct cannot fail.
+	_, _ = tables.Delete(s.table.key())
 }
 
-// breaker returns model's breaker, creating it on first use, or nil if model
-// is not circuit-broken.
-func (s *Set) breaker(model string) *breaker {
-	if s == nil || len(model) > MaxModelLen {
-		return nil
-	}
-	s.mu.RLock()
-	b, ok := s.models[model]
-	s.mu.RUnlock()
-	if ok {
-		return b
-	}
+// table is the breakers of one setting, shared by every live Set that has
+// it. Its live list exists only for the logger: a state change is logged
+// through the newest live config, because an old config's log writers may
+// be closed once it is unloaded, and a new config that fails to load is
+// closed while the one it was to replace still runs.
+type table struct {
+	settings
+	seq uint64
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b, ok := s.models[model]; ok {
-		return b
+	// logger is the newest live Set's; stateChanged reads it under
+	// gobreaker's lock, so it is not guarded by mu.
+	logger atomic.Pointer[zap.Logger]
+
+	mu      sync.RWMutex
+	models  map[string]*breaker // nil once destructed
+	live    []*Set              // oldest first
+	created uint64              // breakers created, for their seq
+	full    bool                // MaxModels reached and logged
+}
+
+// Destruct implements caddy.Destructor: once no Set uses the table, its
+// breakers are dropped and a late Ticket creates no new one.
+func (t *table) Destruct() error {
+	t.mu.Lock()
+	t.models = nil
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *table) join(s *Set) {
+	t.mu.Lock()
+	t.live = append(t.live, s)
+	t.logger.Store(s.logger)
+	t.mu.Unlock()
+}
+
+func (t *table) leave(s *Set) {
+	t.mu.Lock()
+	t.live = slices.DeleteFunc(t.live, func(o *Set) bool { return o == s })
+	logger := zap.NewNop()
+	if n := len(t.live); n > 0 {
+		logger = t.live[n-1].logger
 	}
-	if s.models == nil { // closed
-		return nil
-	}
-	if len(s.models) >= MaxModels {
-		if !s.full {
-			s.full = true
-			s.logger.Warn("too many models for circuit breakers; further models are not circuit-broken",
-				zap.Int("max_models", MaxModels))
-		}
-		return nil
-	}
-	key := s.key(model)
-	v, _, err := breakers.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return s.newBreaker(key, model), nil
-	})
-	if err != nil { // the constructor never fails
-		return nil
-	}
-	b = v.(*breaker)
-	b.addOwner(s)
-	s.models[model] = b
+	t.logger.Store(logger)
+	t.mu.Unlock()
+}
+
+func (t *table) lookup(model string) *breaker {
+	t.mu.RLock()
+	b := t.models[model]
+	t.mu.RUnlock()
 	return b
 }
 
-// key identifies a breaker across configs. The model goes last so that no
-// model name can imitate other settings.
-func (s *Set) key(model string) string {
-	return fmt.Sprintf("failures=%d open_for=%d half_open=%d model=%s",
-		s.failures, int64(s.openFor), s.halfOpen, model)
+// fail records the failure of a request admitted while model had no
+// breaker, creating the breaker.
+func (t *table) fail(model string) {
+	b := t.loadOrCreate(model)
+	if b == nil {
+		return
+	}
+	b.touch()
+	done, err := b.cb.Allow()
+	if err != nil {
+		return // already open: this failure adds nothing
+	}
+	if b.changed.Load() {
+		// The breaker has opened since this request was admitted. As
+		// gobreaker ignores results from an earlier generation, so does
+		// this; excluding it frees the slot just taken.
+		done(errExcluded)
+		return
+	}
+	done(errFailure)
 }
 
-func (s *Set) newBreaker(key, model string) *breaker {
-	b := &breaker{
-		key:      key,
-		model:    model,
-		failures: s.failures,
-		openFor:  s.openFor,
+// loadOrCreate returns model's breaker, creating it, or nil once the table
+// is destructed.
+func (t *table) loadOrCreate(model string) *breaker {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.models == nil {
+		return nil
 	}
+	if b, ok := t.models[model]; ok {
+		return b
+	}
+	if len(t.models) >= MaxModels {
+		if !t.full {
+			t.full = true
+			t.logger.Load().Warn("too many models with circuit breakers; dropping the least recently used closed ones",
+				zap.Int("max_models", MaxModels))
+		}
+		t.evict()
+	}
+	t.created++
+	b := t.newBreaker(model, t.created)
+	t.models[model] = b
+	return b
+}
+
+// evict makes room for at least one breaker, as MaxModels describes. It
+// runs under t.mu.
+func (t *table) evict() {
+	type candidate struct {
+		b    *breaker
+		rank int // 0 closed without failures, 1 closed in a run, 2 open or half-open
+		last int64
+	}
+	all := make([]candidate, 0, len(t.models))
+	closed := 0
+	for _, b := range t.models {
+		c := candidate{b: b, rank: 2, last: b.lastUsed.Load()}
+		if b.cb.State() == gobreaker.StateClosed {
+			c.rank = 1
+			if b.cb.Counts().ConsecutiveFailures == 0 {
+				c.rank = 0
+			}
+			closed++
+		}
+		all = append(all, c)
+	}
+	slices.SortFunc(all, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.last, b.last), cmp.Compare(a.b.seq, b.b.seq))
+	})
+	n := min(closed, evictBatch)
+	if n == 0 {
+		n = 1
+	}
+	for _, c := range all[:n] {
+		delete(t.models, c.b.model)
+	}
+}
+
+// size is how many breakers the table holds.
+func (t *table) size() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.models)
+}
+
+func (t *table) newBreaker(model string, seq uint64) *breaker {
+	b := &breaker{table: t, model: model, seq: seq}
+	b.touch()
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        model,
-		MaxRequests: s.halfOpen,
+		MaxRequests: t.halfOpen,
 		// Interval 0 never clears the counts while closed: only a run of
 		// consecutive failures opens the breaker, however slow.
 		Interval: 0,
-		Timeout:  s.openFor,
+		Timeout:  t.openFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= b.failures
+			return c.ConsecutiveFailures >= t.failures
 		},
 		OnStateChange: b.stateChanged,
 		IsExcluded: func(err error) bool {
@@ -237,37 +335,27 @@ func (s *Set) newBreaker(key, model string) *breaker {
 	return b
 }
 
-// breaker is one model's circuit breaker, shared by every Set with the same
-// settings.
+// breaker is one model's circuit breaker in a table.
 type breaker struct {
-	key      string
-	model    string
-	failures uint32
-	openFor  time.Duration
-	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	table *table
+	model string
+	seq   uint64 // creation order in the table
+	cb    *gobreaker.TwoStepCircuitBreaker[struct{}]
 
+	// lastUsed is when a request last asked for the model (Unix ns).
+	lastUsed atomic.Int64
+	// changed is set at the first state change: a Ticket issued before
+	// the breaker existed belongs to its first closed period only.
+	changed atomic.Bool
 	// halfOpenAt is when the current open period ends.
 	halfOpenAt atomic.Pointer[time.Time]
-
-	mu          sync.Mutex
-	owners      []*Set    // live Sets using the breaker, oldest first
-	outageStart time.Time // when it last opened from closed
+	// outageStart is when it last opened from closed; only stateChanged,
+	// under gobreaker's lock, uses it.
+	outageStart time.Time
 }
 
-// Destruct implements caddy.Destructor; a breaker holds no resources, the
-// pool only counts its users.
-func (b *breaker) Destruct() error { return nil }
-
-func (b *breaker) addOwner(s *Set) {
-	b.mu.Lock()
-	b.owners = append(b.owners, s)
-	b.mu.Unlock()
-}
-
-func (b *breaker) removeOwner(s *Set) {
-	b.mu.Lock()
-	b.owners = slices.DeleteFunc(b.owners, func(o *Set) bool { return o == s })
-	b.mu.Unlock()
+func (b *breaker) touch() {
+	b.lastUsed.Store(time.Now().UnixNano())
 }
 
 // stateChanged is gobreaker's OnStateChange. It runs under the breaker's
@@ -277,20 +365,15 @@ func (b *breaker) stateChanged(_ string, from, to gobreaker.State) {
 	// earlier, so halfOpenAt is never before the real transition: a client
 	// told to come back then never finds the breaker still open.
 	now := time.Now()
-
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// The newest config's logger: an old config's log writers may be closed.
-	logger := zap.NewNop()
-	if n := len(b.owners); n > 0 {
-		logger = b.owners[n-1].logger
-	}
+	b.changed.Store(true)
+	logger := b.table.logger.Load()
+	openFor := b.table.openFor
 
 	switch to {
 	case gobreaker.StateOpen:
-		at := now.Add(b.openFor)
+		at := now.Add(openFor)
 		b.halfOpenAt.Store(&at)
-		failures := b.failures
+		failures := b.table.failures
 		if from == gobreaker.StateHalfOpen {
 			failures = 1 // a failed probe re-opens
 		} else {
@@ -300,7 +383,7 @@ func (b *breaker) stateChanged(_ string, from, to gobreaker.State) {
 			zap.String("model", b.model),
 			zap.Uint32("failures", failures),
 			zap.String("from", from.String()),
-			zap.Duration("open_for", b.openFor))
+			zap.Duration("open_for", openFor))
 	case gobreaker.StateHalfOpen:
 		logger.Info("circuit breaker half-open", zap.String("model", b.model))
 	case gobreaker.StateClosed:
@@ -315,7 +398,7 @@ func (b *breaker) rejection(err error) *Rejection {
 		// Probes are in flight; their results decide within a round trip.
 		return &Rejection{State: gobreaker.StateHalfOpen.String(), RetryAfter: time.Second}
 	}
-	wait := b.openFor
+	wait := b.table.openFor
 	if at := b.halfOpenAt.Load(); at != nil {
 		wait = time.Until(*at)
 	}
@@ -355,7 +438,11 @@ type Rejection struct {
 // after Allow guarantees a half-open probe slot is never leaked, even on a
 // panic, without counting a request twice. A nil Ticket does nothing.
 type Ticket struct {
-	done    func(error) // nil when the model is not circuit-broken
+	done func(error) // the breaker's, when the model had one
+	// Otherwise, the table that gets a breaker for model if the request
+	// fails (nil when the model is not circuit-broken).
+	table   *table
+	model   string
 	settled atomic.Bool
 }
 
@@ -372,8 +459,13 @@ func (t *Ticket) Cancel() {
 }
 
 func (t *Ticket) settle(o Outcome) {
-	if t == nil || t.done == nil || !t.settled.CompareAndSwap(false, true) {
+	if t == nil || !t.settled.CompareAndSwap(false, true) {
 		return
 	}
-	t.done(o.err())
+	switch {
+	case t.done != nil:
+		t.done(o.err())
+	case t.table != nil && o == Failure:
+		t.table.fail(t.model)
+	}
 }

@@ -3,7 +3,6 @@ package breaker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -89,8 +88,8 @@ func TestNewDefaultsAndValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.failures != 5 || s.openFor != 30*time.Second || s.halfOpen != 1 {
-		t.Errorf("defaults: failures %d, open_for %v, half_open %d; want 5, 30s, 1", s.failures, s.openFor, s.halfOpen)
+	if st := s.table.settings; st.failures != 5 || st.openFor != 30*time.Second || st.halfOpen != 1 {
+		t.Errorf("defaults: failures %d, open_for %v, half_open %d; want 5, 30s, 1", st.failures, st.openFor, st.halfOpen)
 	}
 
 	s, err = New(Config{Failures: 2, OpenFor: caddy.Duration(time.Minute), HalfOpen: 4}, nil)
@@ -98,8 +97,8 @@ func TestNewDefaultsAndValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.failures != 2 || s.openFor != time.Minute || s.halfOpen != 4 {
-		t.Errorf("explicit settings: failures %d, open_for %v, half_open %d; want 2, 1m, 4", s.failures, s.openFor, s.halfOpen)
+	if st := s.table.settings; st.failures != 2 || st.openFor != time.Minute || st.halfOpen != 4 {
+		t.Errorf("explicit settings: failures %d, open_for %v, half_open %d; want 2, 1m, 4", st.failures, st.openFor, st.halfOpen)
 	}
 
 	if _, err := New(Config{OpenFor: caddy.Duration(-time.Second)}, nil); err == nil || !strings.Contains(err.Error(), "open_for") {
@@ -481,8 +480,11 @@ func TestModelsHaveIndependentBreakers(t *testing.T) {
 		if got := s.State("service-1.0.0"); got != "closed" {
 			t.Errorf("service-1.0.0 state %q, want closed", got)
 		}
-		if got := s.State("never-asked"); got != "" {
-			t.Errorf("state of a model never asked for = %q, want empty", got)
+		if got := s.State("never-asked"); got != "closed" {
+			t.Errorf("state of a model never asked for = %q, want closed", got)
+		}
+		if n := s.table.size(); n != 1 {
+			t.Errorf("%d breakers after one model failed, want 1: a model that never failed needs none", n)
 		}
 		forward(s, "service-1.0.0", 529)
 		forward(s, "service-1.0.0", 529)
@@ -559,9 +561,9 @@ func TestStateChangesLogToNewestLiveConfig(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := Config{Failures: 1, OpenFor: caddy.Duration(time.Second)}
 		old, oldLogs := newSet(t, cfg)
-		forward(old, "m", 200) // old creates the breaker
+		forward(old, "m", 200)
 		current, currentLogs := newSet(t, cfg)
-		forward(current, "m", 200) // the new config joins it
+		forward(current, "m", 200)
 
 		// During the reload both are live; the old config's request trips it.
 		forward(old, "m", 529)
@@ -586,41 +588,21 @@ func TestStateChangesLogToNewestLiveConfig(t *testing.T) {
 	})
 }
 
-func TestModelBounds(t *testing.T) {
-	s, logs := newSet(t, Config{Failures: 1, OpenFor: caddy.Duration(time.Minute)})
-	for i := range MaxModels {
-		forward(s, fmt.Sprintf("model-%d", i), 200)
-	}
-	trip(t, s, "model-0", 1)
-
-	// Past the bound: admitted, not circuit-broken, one warning.
-	for range 10 {
-		if rej, ok := forward(s, "one-too-many", 529); !ok {
-			t.Fatalf("model past MaxModels rejected: %+v", rej)
-		}
-		forward(s, "yet-another", 529)
-	}
-	if got := s.State("one-too-many"); got != "" {
-		t.Errorf("state of a model past MaxModels = %q, want empty", got)
-	}
-	if warns := entries(logs, zapcore.WarnLevel); len(warns) != 2 || !strings.Contains(warns[1].Message, "too many models") {
-		t.Errorf("warn entries = %v, want the open of model-0 and one 'too many models'", warns)
-	}
-	// Known models keep working.
-	wantRejection(t, s, "model-0", "open", time.Minute)
-
+func TestOverlongModelNamesAreNotCircuitBroken(t *testing.T) {
+	s, _ := newSet(t, Config{Failures: 1, OpenFor: caddy.Duration(2 * time.Minute)})
 	long := strings.Repeat("x", MaxModelLen+1)
-	// Other settings, so the new Set does not adopt s's 1000 breakers.
-	other, _ := newSet(t, Config{Failures: 1, OpenFor: caddy.Duration(2 * time.Minute)})
 	for range 3 {
-		if rej, ok := forward(other, long, 529); !ok {
+		if rej, ok := forward(s, long, 529); !ok {
 			t.Fatalf("over-long model name rejected: %+v", rej)
 		}
 	}
-	if got := other.State(long); got != "" {
+	if got := s.State(long); got != "" {
 		t.Errorf("state of an over-long model = %q, want empty", got)
 	}
-	if rej, ok := forward(other, strings.Repeat("x", MaxModelLen), 529); !ok || other.State(strings.Repeat("x", MaxModelLen)) != "open" {
+	if n := s.table.size(); n != 0 {
+		t.Errorf("%d breakers for an over-long model, want 0", n)
+	}
+	if rej, ok := forward(s, strings.Repeat("x", MaxModelLen), 529); !ok || s.State(strings.Repeat("x", MaxModelLen)) != "open" {
 		t.Errorf("a model of exactly MaxModelLen bytes is not circuit-broken (%+v)", rej)
 	}
 }
@@ -691,7 +673,8 @@ func BenchmarkAllowOpenParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkAllowDone measures what a closed breaker adds to every request.
+// BenchmarkAllowDone measures what the breaker adds to every request for a
+// model that has never failed (and so has no breaker).
 func BenchmarkAllowDone(b *testing.B) {
 	s, err := New(Config{}, nil)
 	if err != nil {
@@ -716,4 +699,20 @@ func TestReloadCleanupBeforeFirstRequest(t *testing.T) {
 		old.Close()
 		wantRejection(t, reloaded, "m", "open", 30*time.Second)
 	})
+}
+
+// BenchmarkAllowDoneWithBreaker measures a model that has a (closed)
+// breaker: one that failed once and recovered.
+func BenchmarkAllowDoneWithBreaker(b *testing.B) {
+	s, err := New(Config{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	forward(s, "bench-breaker", 529)
+	b.ReportAllocs()
+	for b.Loop() {
+		ticket, _ := s.Allow("bench-breaker")
+		ticket.Done(200, nil)
+	}
 }

@@ -2,7 +2,11 @@ package breaker
 
 import "github.com/caddyserver/caddy/v2"
 
-// Config is the `breaker` block: one circuit breaker per requested model.
+// Config is the `breaker` block: one circuit breaker per requested model,
+// created when a request for the model first fails. Configs with equal
+// settings (after defaults) share their breakers, so a reload that leaves
+// them unchanged keeps every breaker's state; changing any of them starts
+// afresh.
 type Config struct {
 	// Failures is the number of consecutive failures that opens a breaker.
 	// Default 5.
