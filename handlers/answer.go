@@ -10,6 +10,7 @@ import (
 
 // Reasons in X-Gateway-Reject: why the gateway answered instead of the upstream.
 const (
+	rejectInvalidPath      = "invalid_path"
 	rejectInvalidKey       = "invalid_api_key"
 	rejectTooLarge         = "request_too_large"
 	rejectInvalidRequest   = "invalid_request"
@@ -22,6 +23,7 @@ const (
 	headerGatewayReject    = "X-Gateway-Reject"
 	headerRetryAfter       = "Retry-After"
 	contentTypeJSON        = "application/json"
+	bodyInvalidPath        = `{"detail":"invalid_path"}`
 	bodyInvalidKey         = `{"detail":"invalid_api_key"}`
 	bodyTooLarge           = `{"detail":"request_too_large"}`
 	bodyGuardrailsDown     = `{"detail":"guardrails_unavailable"}`

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -438,10 +439,11 @@ func TestFaultsUpstream(t *testing.T) {
 		start  func(*faultproxy.Proxy)
 		status int
 	}{
-		// Expected: Caddy's 504 for an upstream that does not answer
-		// within reverse_proxy's response_header_timeout; 502 for one that
-		// is down or resets. Each counts as a breaker failure; the org's
-		// tokens are refunded. Bound: response_header_timeout + 1s.
+		// Expected: 504 upstream_timeout for an upstream that does not
+		// answer within reverse_proxy's response_header_timeout; 502
+		// upstream_unavailable for one that is down or resets, in the
+		// product's {"detail"} style. Each counts as a breaker failure; the
+		// org's tokens are refunded. Bound: response_header_timeout + 1s.
 		{"upstream hung (black-holed)", (*faultproxy.Proxy).BlackHole, 504},
 		{"upstream slower than response_header_timeout", func(p *faultproxy.Proxy) { p.Latency(0, 2*time.Second) }, 504},
 		{"upstream down (connection refused)", (*faultproxy.Proxy).Refuse, 502},
@@ -461,8 +463,8 @@ func TestFaultsUpstream(t *testing.T) {
 			f.start(proxy)
 			for i := 0; i < 3; i++ {
 				r := c.post(url, "hung", smallBody)
-				if r.err != nil || r.status != f.status || r.elapsed > 1300*time.Millisecond || r.header.Get("X-RateLimit-Limit-Requests") == "" {
-					t.Errorf("%v, want %d with the gateway's headers within 1.3s", r, f.status)
+				if err := upstreamError(r, f.status); err != nil || r.elapsed > 1300*time.Millisecond || r.header.Get("X-RateLimit-Limit-Requests") == "" {
+					t.Errorf("%v (%v), want %d with the gateway's headers within 1.3s", r, err, f.status)
 				}
 			}
 			if r := c.post(url, "hung", smallBody); contractAnswer(r, "breaker_open") != nil {
@@ -497,13 +499,61 @@ func TestFaultsUpstream(t *testing.T) {
 		for i := 0; i < 2; i++ {
 			rst.Store(i == 1)
 			r := c.post(url, "reset", smallBody)
-			if r.err != nil || r.status != 502 || r.header.Get("X-Upstream-Marker") != "" || r.header.Get("X-Route") != "" ||
+			if upstreamError(r, 502) != nil || r.header.Get("X-Upstream-Marker") != "" || r.header.Get("X-Route") != "" ||
 				r.header.Get("X-RateLimit-Limit-Requests") == "" {
 				t.Errorf("%v %v, want a 502 with only the gateway's headers", r, r.header)
 			}
 		}
 		if r := c.post(url, "reset", smallBody); contractAnswer(r, "breaker_open") != nil {
 			t.Errorf("after 2 broken answers: %v, want the breaker open", r)
+		}
+	})
+
+	t.Run("client gives up while the gateway holds the answer", func(t *testing.T) {
+		// Expected: a client that goes away between the upstream's header
+		// and its body is the client's doing, not the upstream's: logged
+		// 499, not counted by the breaker (three of them leave it closed
+		// for every org), and billed, since the upstream billed the 200.
+		release := make(chan struct{})
+		up := gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(200)
+			_, _ = io.WriteString(w, `{"model":"service-1.0.0",`)
+			if r.Header.Get("Authorization") == "Bearer gone" {
+				_ = http.NewResponseController(w).Flush()
+				<-release // the rest of the answer comes after the client left
+			}
+			_, _ = io.WriteString(w, `"answers":{"late":{"type":"noul","noul":0.9}},"usage":{"input_tokens":5}}`)
+		}))
+		t.Cleanup(func() { close(release) })
+		sites, url := site(t, up.Addr(), "\t\tbreaker {\n\t\t\tfailures 3\n\t\t}\n\t\tlimits\n"+routeBlock)
+		g := gatewaytest.Load(t, sites)
+		for i := range 3 {
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/systemone", strings.NewReader(smallBody))
+			req.Header.Set("Authorization", "Bearer gone")
+			done := make(chan error, 1)
+			go func() {
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			waitFor(t, func() bool { return up.Calls() == int64(i+1) }, 5*time.Second)
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatal("the client got an answer it gave up on")
+			}
+			waitLog(t, g.Log, "systemone request", i+1, 5*time.Second)
+		}
+		for _, e := range g.Entries() {
+			if e["status"] != float64(499) || e["reject"] != "" || e["breaker_state"] != "closed" {
+				t.Errorf("log entry %v, want 499 with the breaker closed", e)
+			}
+		}
+		if r := newClient(t).post(url, "other", smallBody); r.status == 529 {
+			t.Errorf("three clients that gave up opened the breaker: %v", r)
 		}
 	})
 

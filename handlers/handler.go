@@ -217,6 +217,10 @@ func (h *Handler) Cleanup() error {
 // ServeHTTP authenticates the request, then inspects evaluation calls in
 // full and lets everything else through with only the org's request bucket.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if !validPath(r.URL.Path) {
+		answer{status: http.StatusBadRequest, reason: rejectInvalidPath, body: []byte(bodyInvalidPath)}.write(w)
+		return nil
+	}
 	if isEvaluation(r) {
 		return h.serveEvaluation(w, r, next)
 	}
@@ -249,9 +253,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return err
 }
 
-// isEvaluation reports a POST to .../v1/systemone. The path is cleaned
-// first, so that a trailing slash or a dot segment cannot carry an
-// evaluation past the checks to an upstream that normalizes paths.
+// validPath reports whether a decoded request path is free of control
+// characters. The gateway decides which policies apply from the path, and
+// the upstream's router must read it the same way; with control characters
+// it may not: Starlette matches `^/v1/systemone$` against the decoded path,
+// and Python's `$` matches before a trailing newline, so
+// /v1/systemone%0A would reach the evaluation endpoint as an "other"
+// request, past every policy. Everything else an upstream router could
+// normalise into the evaluation path is normalised here first (see
+// isEvaluation); a control character has no business in a path at all.
+func validPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// isEvaluation reports a POST to .../v1/systemone. The path is the decoded
+// one (%2F is a slash) and is cleaned first, so that a trailing slash, a
+// doubled slash or a dot segment cannot carry an evaluation past the checks
+// to an upstream that normalizes paths (Starlette redirects a trailing
+// slash; uvicorn decodes %2F).
 func isEvaluation(r *http.Request) bool {
 	return r.Method == http.MethodPost && strings.HasSuffix(path.Clean(r.URL.Path), "/v1/systemone")
 }

@@ -116,6 +116,18 @@ var contractStatus = map[string]int{
 	"guardrails_unavailable":   503,
 	"rate_limiter_unavailable": 503,
 	"breaker_open":             529,
+	"invalid_path":             400,
+}
+
+// upstreamError checks that r is the gateway's answer for an upstream that
+// could not be reached: status (502 or 504) and the contract's detail.
+func upstreamError(r result, status int) error {
+	want := map[int]string{502: `{"detail":"upstream_unavailable"}`, 504: `{"detail":"upstream_timeout"}`}[status]
+	if r.err != nil || r.status != status || r.header.Get("X-Gateway-Reject") != "upstream_error" ||
+		r.header.Get("Content-Type") != "application/json" || string(r.body) != want {
+		return fmt.Errorf("%v %q %s, want %d upstream_error %s", r, r.header.Get("X-Gateway-Reject"), r.body, status, want)
+	}
+	return nil
 }
 
 // contractAnswer checks that r is the gateway's own answer for reason:
@@ -219,6 +231,18 @@ func (b baseline) settle(t *testing.T, proxies ...*faultproxy.Proxy) {
 }
 
 // waitLog polls the gateway log until n entries with message msg are in it.
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t *testing.T, cond func() bool, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func waitLog(t *testing.T, log func() []map[string]any, msg string, n int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)

@@ -411,3 +411,49 @@ func newRequest(t *testing.T, method, url, body, key string) *http.Request {
 	req.Header.Set("Authorization", "Bearer "+key)
 	return req
 }
+
+// TestSecurityPathsTheUpstreamCouldReadAsEvaluation: a decoded path with a
+// control character is refused at the edge (400 invalid_path), whatever the
+// method: Starlette's `^/v1/systemone$` matches /v1/systemone%0A, which the
+// gateway would otherwise forward as an "other" request past every policy.
+// The other ways an upstream router normalizes paths (trailing or doubled
+// slashes, dot segments, an encoded slash) are read as the evaluation
+// endpoint by the gateway too, so its checks apply: an invalid body gets
+// the edge's 422 and never reaches the upstream.
+func TestSecurityPathsTheUpstreamCouldReadAsEvaluation(t *testing.T) {
+	sim := unlimitedSimulator(t)
+	sites, url := site(t, sim.Addr(), "\t\tlimits\n")
+	gatewaytest.Load(t, sites)
+	send := func(method, path, body string) result {
+		req, err := http.NewRequest(method, url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return result{err: err}
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resultOf(resp, raw)
+	}
+	for _, path := range []string{
+		"/v1/systemone%0A", "/v1/systemone%0a", "/v1/systemone%0A?a=1", "/v1/systemone%0D",
+		"/v1/systemone%00", "/v1/system%09one", "/v1/systemone%7F", "/v1%0A/systemone", "/v1/models%0A",
+	} {
+		for _, method := range []string{"POST", "GET"} {
+			if err := contractAnswer(send(method, path, `{"state":"s"}`), "invalid_path"); err != nil {
+				t.Errorf("%s %s: %v", method, path, err)
+			}
+		}
+	}
+	for _, path := range []string{"/v1/systemone/", "//v1//systemone", "/v1/./systemone", "/v1/x/../systemone", "/v1%2Fsystemone"} {
+		if err := contractAnswer(send("POST", path, `{"state":"s"}`), "invalid_request"); err != nil {
+			t.Errorf("POST %s: %v, want the edge's validation", path, err)
+		}
+	}
+	if n := sim.Calls(); n != 0 {
+		t.Errorf("%d requests reached the upstream, want none", n)
+	}
+}
