@@ -14,7 +14,7 @@ import (
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
 	_ "github.com/systemone/systemone-gateway/policy/route/calibrate" // registers the calibrate subcommand
-	_ "github.com/systemone/systemone-gateway/simulator" // registers systemone_simulator
+	_ "github.com/systemone/systemone-gateway/simulator"              // registers systemone_simulator
 )
 
 // DefaultCaddyfile is the repository's root Caddyfile: the gateway on :8080
