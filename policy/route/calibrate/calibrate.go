@@ -208,23 +208,25 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 		res.Notes = slices.Compact(res.Notes)
 	}
 
-	members := map[key][]Line{}
+	members := map[key]*tally{}
 	for _, l := range audited {
 		k := key{l.Model, l.Type, l.Question}
 		if !own[k] {
 			k.question = ""
 		}
-		members[k] = append(members[k], l)
 		// A type whose every question has a group of its own still has a
 		// (then empty) type group: it says what a new question id gets.
-		if members[key{l.Model, l.Type, ""}] == nil {
-			members[key{l.Model, l.Type, ""}] = []Line{}
+		for _, k := range []key{{l.Model, l.Type, ""}, k} {
+			if members[k] == nil {
+				members[k] = new(tally)
+			}
 		}
+		members[k].add(l)
 	}
 
 	nmin := MinLines(opts.Target, opts.Delta)
-	for k, ls := range members {
-		g := walk(ls, opts.Target, opts.Delta, nmin)
+	for k, m := range members {
+		g := m.walk(opts.Target, opts.Delta, nmin)
 		g.Model, g.Type, g.Question = k.model, k.typ, k.question
 		res.Groups = append(res.Groups, g)
 	}
@@ -234,26 +236,39 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 	return res, nil
 }
 
-// walk runs the fixed-sequence walk over one group's lines.
-func walk(lines []Line, target, delta float64, nmin int) Group {
-	g := Group{Labels: len(lines)}
-	scored := make([]Line, 0, len(lines))
-	for _, l := range lines {
-		if l.HasConfidence {
-			scored = append(scored, l)
-		}
+// tally is a group's lines as the walk needs them.
+type tally struct {
+	labels int     // every line, with a confidence or not
+	scored []point // the lines with a confidence
+}
+
+type point struct {
+	confidence float64
+	agree      bool
+}
+
+func (m *tally) add(l Line) {
+	m.labels++
+	if l.HasConfidence {
+		m.scored = append(m.scored, point{l.Confidence, l.Agree})
 	}
-	slices.SortFunc(scored, func(a, b Line) int { return cmp.Compare(b.Confidence, a.Confidence) })
+}
+
+// walk runs the fixed-sequence walk over one group's lines.
+func (m *tally) walk(target, delta float64, nmin int) Group {
+	g := Group{Labels: m.labels}
+	scored := m.scored
+	slices.SortFunc(scored, func(a, b point) int { return cmp.Compare(b.confidence, a.confidence) })
 
 	tested := false
 	n, k := 0, 0
 	for i := 0; i < len(scored); {
 		// One candidate per distinct confidence: take in every tied line
 		// before testing, since a threshold cannot split a tie.
-		t := scored[i].Confidence
-		for ; i < len(scored) && scored[i].Confidence == t; i++ {
+		t := scored[i].confidence
+		for ; i < len(scored) && scored[i].confidence == t; i++ {
 			n++
-			if scored[i].Agree {
+			if scored[i].agree {
 				k++
 			}
 		}
