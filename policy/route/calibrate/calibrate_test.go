@@ -207,7 +207,7 @@ func TestWalk(t *testing.T) {
 		lines: []Line{l(.9, T), noConf(T), noConf(T)},
 		want:  Group{Labels: 3},
 	}, {
-		name: "no line has a confidence",
+		name:  "no line has a confidence",
 		lines: []Line{noConf(T), noConf(T), noConf(T)},
 		want:  Group{Labels: 3},
 	}, {
@@ -216,7 +216,7 @@ func TestWalk(t *testing.T) {
 		lines: []Line{l(1, T), l(1, T), l(1, F), l(1, T)},
 		want:  Group{Labels: 4, Agree: 3, N: 4, LowerBound: bisectBound(3, 4, 0.25)},
 	}, {
-		name: "a zero-agreement first candidate has bound 0",
+		name:  "a zero-agreement first candidate has bound 0",
 		lines: []Line{l(.6, F), l(.5, F), l(.4, T)},
 		want:  Group{Labels: 3, Agree: 0, N: 2, LowerBound: 0},
 	}}
