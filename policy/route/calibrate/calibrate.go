@@ -166,7 +166,7 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 	res := Result{Target: opts.Target, Delta: opts.Delta}
 
 	type key struct{ model, typ, question string }
-	var audited []Line
+	audited := make([]Line, 0, len(lines))
 	for _, l := range lines {
 		if !l.Audit {
 			res.Ignored++
@@ -209,19 +209,22 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 	}
 
 	members := map[key]*tally{}
+	group := func(k key) *tally {
+		m := members[k]
+		if m == nil {
+			m = new(tally)
+			members[k] = m
+		}
+		return m
+	}
 	for _, l := range audited {
-		k := key{l.Model, l.Type, l.Question}
-		if !own[k] {
-			k.question = ""
+		// The type group exists even when every question of the type has a
+		// group of its own: empty, it says what a new question id gets.
+		m := group(key{l.Model, l.Type, ""})
+		if len(own) > 0 && own[key{l.Model, l.Type, l.Question}] {
+			m = group(key{l.Model, l.Type, l.Question})
 		}
-		// A type whose every question has a group of its own still has a
-		// (then empty) type group: it says what a new question id gets.
-		for _, k := range []key{{l.Model, l.Type, ""}, k} {
-			if members[k] == nil {
-				members[k] = new(tally)
-			}
-		}
-		members[k].add(l)
+		m.add(l)
 	}
 
 	nmin := MinLines(opts.Target, opts.Delta)

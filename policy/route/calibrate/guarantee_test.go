@@ -127,9 +127,10 @@ func calibrated(target, delta float64) func([]Line) (float64, float64, bool) {
 func TestGuaranteeLogistic(t *testing.T) {
 	const target, delta = 0.95, 0.05
 	pop := gridPopulation(logistic(-2, 8)) // P(agree) 0.12 at 0, 0.5 at 0.25, 0.88 at 0.5, 0.998 at 1
-	runs := 1500
+	t.Parallel()
+	runs := 1000
 	if testing.Short() {
-		runs = 300
+		runs = 200
 	}
 	// The best threshold knowing the population, for comparison.
 	best := 1.0
@@ -163,6 +164,7 @@ func TestGuaranteeFlat(t *testing.T) {
 		agree: flat,
 		truth: func(t float64) (float64, float64) { return 0.899, 1 - t },
 	}
+	t.Parallel()
 	runs := 2000
 	if testing.Short() {
 		runs = 400
@@ -187,7 +189,7 @@ func TestGuaranteeFlat(t *testing.T) {
 		}
 		return best, 0, found
 	}
-	broken := simulate(pop, 500, 200, 7, target, delta, noStop)
+	broken := simulate(pop, 500, 100, 7, target, delta, noStop)
 	if share := float64(broken.failures) / float64(broken.runs); share < 2*delta {
 		t.Errorf("a walk that does not stop fails in %.3f of runs: the simulation cannot tell it from a correct one", share)
 	} else {
