@@ -192,8 +192,8 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 			}
 		}
 		for k, n := range count {
-			if n < opts.MinLabels {
-				continue
+			if n < opts.MinLabels || k.question == "" {
+				continue // an empty id is the type group's key: stays there
 			}
 			if ts := types[key{k.model, "", k.question}]; len(ts) > 1 {
 				slices.SortFunc(ts, compareTypes)
@@ -236,7 +236,33 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 	slices.SortFunc(res.Groups, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question))
 	})
+
+	// A question group without a threshold has no line in the fragment, so
+	// the gateway gives it its type's threshold, if there is one: a
+	// threshold its labels did not count toward. The route block cannot
+	// send one question id to a human, so the operator is told.
+	for _, q := range res.Groups {
+		if q.Question == "" || q.HasThreshold {
+			continue
+		}
+		if tg, ok := typeGroup(res.Groups, q); ok && tg.HasThreshold {
+			res.Notes = append(res.Notes, fmt.Sprintf(
+				"question %s of %s has no threshold of its own, so it takes its type's (%s %s), computed without its labels; run with --by type, or label more of it",
+				quoteNote(q.Question), quoteNote(q.Model), q.Type, FormatThreshold(tg.Threshold)))
+		}
+	}
 	return res, nil
+}
+
+// typeGroup finds the type group of a question group in sorted groups.
+func typeGroup(groups []Group, q Group) (Group, bool) {
+	i, ok := slices.BinarySearchFunc(groups, q, func(g, q Group) int {
+		return cmp.Or(cmp.Compare(g.Model, q.Model), compareTypes(g.Type, q.Type), cmp.Compare(g.Question, ""))
+	})
+	if !ok {
+		return Group{}, false
+	}
+	return groups[i], true
 }
 
 // tally is a group's lines as the walk needs them.

@@ -137,7 +137,9 @@ func display(s string) string {
 // per model version, for the `systemone` directive: `noul`, `choice` and
 // `score` lines for the type groups with a threshold (a type without one is
 // left out, so it routes human with no_threshold), then `question <id> <t>`
-// for the question groups with one. A version with no threshold at all
+// for the question groups with one (a question group without one gets a
+// comment: the gateway gives it its type's threshold, and no route setting
+// can send one question id to a human). A version with no threshold at all
 // still gets its (empty) pin, so that it routes human even with `unpinned
 // auto`. Versions and ids are quoted as the Caddyfile needs; one that no
 // Caddyfile token can hold is written as a comment instead (set it in the
@@ -154,6 +156,10 @@ func WriteFragment(w io.Writer, r Result) error {
 		for ; i < len(r.Groups) && r.Groups[i].Model == model; i++ {
 			g := r.Groups[i]
 			if !g.HasThreshold {
+				if tg, ok := typeGroup(r.Groups, g); ok && g.Question != "" && tg.HasThreshold {
+					body = append(body, fmt.Sprintf("# question %s: no threshold of its own; it takes %s %s, computed without its labels",
+						quoteNote(g.Question), g.Type, FormatThreshold(tg.Threshold)))
+				}
 				continue
 			}
 			t := FormatThreshold(g.Threshold)

@@ -291,3 +291,30 @@ func TestCommandNotes(t *testing.T) {
 		t.Errorf("nothing audited: %v\n%s", err, out)
 	}
 }
+
+// TestQuestionWithoutThreshold: with --by question, a question group that
+// finds no threshold has no line, so the gateway would give it its type's
+// threshold; the fragment and the notes say so.
+func TestQuestionWithoutThreshold(t *testing.T) {
+	q := func(id string, conf float64, agree bool) Line {
+		return Line{Model: "m", Type: "noul", Question: id, Confidence: conf, HasConfidence: true, Agree: agree, Audit: true}
+	}
+	// Target 0.5, delta 0.25: MinLines 2. x: (3,0) at .9, bound 0: none.
+	// The rest: .9 (1) skipped, .8 (2,2) 0.5 passes: noul 0.8.
+	lines := []Line{q("x", .9, false), q("x", .9, false), q("x", .9, false), q("y", .9, true), q("z", .8, true)}
+	res, err := Calibrate(lines, Options{Target: 0.5, Delta: 0.25, By: ByQuestion, MinLabels: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Notes) != 1 || res.Notes[0] != `question "x" of "m" has no threshold of its own, so it takes its type's (noul 0.8), computed without its labels; run with --by type, or label more of it` {
+		t.Errorf("notes: %q", res.Notes)
+	}
+	var buf bytes.Buffer
+	if err := WriteFragment(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	want := "route {\n\tpin m {\n\t\tnoul 0.8\n\t\t# question \"x\": no threshold of its own; it takes noul 0.8, computed without its labels\n\t}\n}\n"
+	if buf.String() != want {
+		t.Errorf("fragment:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
