@@ -348,11 +348,17 @@ func LowerBound(k, n int, delta float64) float64 {
 // so that float error in the logarithms never moves the start by one.
 func MinLines(target, delta float64) int {
 	n := max(1, int(math.Ceil(math.Log(delta)/math.Log(target))))
-	for n > 1 && LowerBound(n-1, n-1, delta) >= target {
-		n--
+	// A step or two at most; bounded, since for a target a hair under 1
+	// the steps no longer change the bound.
+	for range 2 {
+		if n > 1 && LowerBound(n-1, n-1, delta) >= target {
+			n--
+		}
 	}
-	for LowerBound(n, n, delta) < target {
-		n++
+	for range 2 {
+		if LowerBound(n, n, delta) < target {
+			n++
+		}
 	}
 	return n
 }

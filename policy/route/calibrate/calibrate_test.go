@@ -387,3 +387,14 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestMinLinesExtreme(t *testing.T) {
+	// Returns (no endless search) and is a start the walk can use.
+	for _, tt := range []struct{ target, delta float64 }{
+		{0.9999999999999999, 1e-300}, {1e-300, 0.9999999999999999}, {0.5, 1e-300}, {0.9999999, 0.5},
+	} {
+		if n := MinLines(tt.target, tt.delta); n < 1 {
+			t.Errorf("MinLines(%v, %v) = %d", tt.target, tt.delta, n)
+		}
+	}
+}

@@ -53,13 +53,15 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// client fetches `/labels`. No overall timeout, since a large label set may
-// take a while to stream; a server that never answers is cut off instead.
-var client = &http.Client{Transport: &http.Transport{
-	Proxy:                 http.ProxyFromEnvironment,
-	TLSHandshakeTimeout:   10 * time.Second,
-	ResponseHeaderTimeout: 30 * time.Second,
-}}
+// client fetches `/labels`: http.DefaultTransport's settings (proxy from
+// the environment, dial and TLS timeouts, HTTP/2), plus a bound on the wait
+// for the answer's headers. No overall timeout, since a large label set may
+// take a while to stream.
+var client = &http.Client{Transport: func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = 30 * time.Second
+	return t
+}()}
 
 func fetch(ctx context.Context, raw string) ([]Line, error) {
 	u, err := url.Parse(raw)
