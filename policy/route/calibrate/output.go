@@ -12,8 +12,10 @@ import (
 )
 
 // FormatThreshold writes a threshold with at most 4 decimals, rounded up,
-// so that the written value is never below t and the guarantee carries over
-// (raising a threshold only moves answers to a human). It rounds the
+// so that the written value is never below t: raising a threshold only
+// moves answers to a human. (The guarantee is for the answers at or above
+// t; those at or above the written value are their most confident part,
+// and keep it when agreement does not fall as confidence rises.) It rounds the
 // shortest decimal that reads back as t, not t's binary expansion: 0.95
 // is written 0.95, not 0.9501, though the float64 nearest 0.95 is a hair
 // above it.
