@@ -2,7 +2,8 @@
 // built as Caddy modules: the `systemone` handler (guardrails, per-org
 // limits, a circuit breaker and confidence routing in front of
 // reverse_proxy) and the `systemone_simulator` upstream. Importing it
-// registers both modules and their Caddyfile directives.
+// registers both modules and their Caddyfile directives, and the
+// `calibrate` subcommand.
 package systemone
 
 import (
@@ -12,7 +13,8 @@ import (
 
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
-	_ "github.com/systemone/systemone-gateway/simulator" // registers systemone_simulator
+	_ "github.com/systemone/systemone-gateway/policy/route/calibrate" // registers the calibrate subcommand
+	_ "github.com/systemone/systemone-gateway/simulator"              // registers systemone_simulator
 )
 
 // DefaultCaddyfile is the repository's root Caddyfile: the gateway on :8080

@@ -1,0 +1,106 @@
+package calibrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "calibrate",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question] [--min-labels <n>] [--json] <labels>",
+		Short: "Computes route thresholds from the review API's labels",
+		Long: `
+Computes, for each model version and question type (and, with --by
+question, each question id with at least --min-labels audited labels), the
+lowest confidence threshold at which answers agree with people's labels at
+least --target of the time, with probability at least 1 - --delta over the
+audit sample. Only audited labels (a uniform sample of routed answers)
+count; the others are reported as ignored.
+
+<labels> is a file of the review API's /labels lines, - for standard
+input, or the http(s) URL of a /labels endpoint; user info in the URL
+(https://user:password@host/review/labels) is sent as basic auth.
+
+The output is a table, then a Caddyfile route block with a pin per model
+version to paste into the systemone directive: thresholds are rounded up to
+4 decimals, and a type or question without a threshold is left out, so it
+routes human (no_threshold). --json prints the groups as JSON instead, with
+unrounded thresholds.
+
+Defaults: --delta 0.05, --by type, --min-labels 30.
+`,
+		CobraFunc: setUp,
+	})
+}
+
+// setUp gives the cobra command its flags and its RunE. Output goes to the
+// command's writers, so a test can run it whole.
+func setUp(cmd *cobra.Command) {
+	defaults := DefaultOptions()
+	fl := cmd.Flags()
+	fl.Float64("target", 0, "agreement to guarantee at or above a threshold, in (0, 1) (required)")
+	fl.Float64("delta", defaults.Delta, "risk that the guarantee fails, in (0, 1)")
+	fl.String("by", defaults.By, `group by "type", or by "question" id where one has enough labels`)
+	fl.Int("min-labels", defaults.MinLabels, "audited labels a question id needs for a group of its own (with --by question)")
+	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
+	cmd.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return errors.New("want one <labels> argument: a file, - for standard input, or the URL of a /labels endpoint")
+		}
+		return nil
+	}
+	cmd.RunE = run
+}
+
+func run(cmd *cobra.Command, args []string) error {
+	fl := cmd.Flags()
+	if !fl.Changed("target") {
+		return errors.New("--target is required: the agreement to guarantee, for example --target 0.95")
+	}
+	opts := DefaultOptions()
+	var err error
+	opts.Target, _ = fl.GetFloat64("target") // pflag checked the types when it parsed
+	opts.Delta, _ = fl.GetFloat64("delta")
+	opts.By, _ = fl.GetString("by")
+	opts.MinLabels, _ = fl.GetInt("min-labels")
+	asJSON, _ := fl.GetBool("json")
+	if err = opts.Validate(); err != nil {
+		return err // before any fetching: a typo should not cost a download
+	}
+
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background() // a command executed without one
+	}
+	lines, err := Load(ctx, args[0], cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	res, err := Calibrate(lines, opts)
+	if err != nil {
+		return err
+	}
+	for _, note := range res.Notes {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		return WriteJSON(out, res)
+	}
+	if err := WriteTable(out, res); err != nil {
+		return err
+	}
+	if len(res.Groups) == 0 {
+		_, err := fmt.Fprintln(out, "\nno audited labels: nothing to calibrate")
+		return err
+	}
+	if _, err := fmt.Fprintln(out); err != nil {
+		return err
+	}
+	return WriteFragment(out, res)
+}

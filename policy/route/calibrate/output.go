@@ -1,0 +1,236 @@
+package calibrate
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+)
+
+// FormatThreshold writes a threshold with at most 4 decimals, rounded up,
+// so that the written value is never below t: raising a threshold only
+// moves answers to a human. (The guarantee is for the answers at or above
+// t; those at or above the written value are their most confident part,
+// and keep it when agreement does not fall as confidence rises.) It rounds the
+// shortest decimal that reads back as t, not t's binary expansion: 0.95
+// is written 0.95, not 0.9501, though the float64 nearest 0.95 is a hair
+// above it.
+func FormatThreshold(t float64) string {
+	s := strconv.FormatFloat(t, 'f', -1, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	if len(frac) <= 4 {
+		return s
+	}
+	// The shortest form has no trailing zero, so a digit past the fourth is
+	// nonzero: round up. t is in 0..1, so the digits fit an int.
+	n, err := strconv.Atoi(whole + frac[:4])
+	if err != nil {
+		return s // not a threshold from a Line; left exact rather than wrong
+	}
+	n++
+	out := fmt.Sprintf("%d.%04d", n/10000, n%10000)
+	return strings.TrimSuffix(strings.TrimRight(out, "0"), ".")
+}
+
+// resultJSON is the contract's `--json` document.
+type resultJSON struct {
+	Target  float64     `json:"target"`
+	Delta   float64     `json:"delta"`
+	Ignored int         `json:"ignored"`
+	Groups  []groupJSON `json:"groups"`
+}
+
+type groupJSON struct {
+	Model      string   `json:"model"`
+	Type       string   `json:"type"`
+	Question   string   `json:"question"`
+	Labels     int      `json:"labels"`
+	Threshold  *float64 `json:"threshold"`
+	Agree      int      `json:"agree"`
+	N          int      `json:"n"`
+	LowerBound float64  `json:"lower_bound"`
+	Coverage   float64  `json:"coverage"`
+}
+
+// MarshalJSON writes the contract's `--json` document: {"target", "delta",
+// "ignored", "groups": [{"model", "type", "question", "labels",
+// "threshold", "agree", "n", "lower_bound", "coverage"}]}, with an
+// unrounded threshold, or null. Notes are not part of it.
+func (r Result) MarshalJSON() ([]byte, error) {
+	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
+	for _, g := range r.Groups {
+		gj := groupJSON{
+			Model: g.Model, Type: g.Type, Question: g.Question, Labels: g.Labels,
+			Agree: g.Agree, N: g.N, LowerBound: g.LowerBound, Coverage: g.Coverage,
+		}
+		if g.HasThreshold {
+			gj.Threshold = &g.Threshold
+		}
+		doc.Groups = append(doc.Groups, gj)
+	}
+	return json.Marshal(doc)
+}
+
+// WriteJSON writes r as the contract's `--json` document, indented, with a
+// final newline.
+func WriteJSON(w io.Writer, r Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes a summary line and a table: model, type, question ("-"
+// for a type group), labels used, threshold (as the fragment writes it) or
+// "none", agreement k/n, lower bound and coverage. Without a threshold, k/n
+// and the bound are those of the first candidate tested, "-" when none
+// was (too few lines with a confidence).
+func WriteTable(w io.Writer, r Result) error {
+	bw := bufio.NewWriter(w)
+	used := 0
+	for _, g := range r.Groups {
+		used += g.Labels
+	}
+	fmt.Fprintf(bw, "target %v, delta %v: %d audited labels used, %d not audited (ignored)\n\n",
+		r.Target, r.Delta, used, r.Ignored)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tTYPE\tQUESTION\tLABELS\tTHRESHOLD\tAGREE\tLB\tCOVERAGE")
+	for _, g := range r.Groups {
+		question := "-"
+		if g.Question != "" {
+			question = display(g.Question)
+		}
+		threshold, agree, lb, coverage := "none", "-", "-", "-"
+		if g.HasThreshold {
+			threshold = FormatThreshold(g.Threshold)
+			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
+		}
+		if g.N > 0 {
+			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
+			lb = fmt.Sprintf("%.4f", g.LowerBound)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+			display(g.Model), g.Type, question, g.Labels, threshold, agree, lb, coverage)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// display shows an id in the table: as is when it is plain, else quoted, so
+// that spaces, tabs and control characters cannot break the columns.
+func display(s string) string {
+	for _, r := range s {
+		if !unicode.IsGraphic(r) || unicode.IsSpace(r) || r == '"' {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" || s == "-" {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// WriteFragment writes the thresholds as a Caddyfile `route` block, one pin
+// per model version, for the `systemone` directive: `noul`, `choice` and
+// `score` lines for the type groups with a threshold (a type without one is
+// left out, so it routes human with no_threshold), then `question <id> <t>`
+// for the question groups with one (a question group without one gets a
+// comment: the gateway gives it its type's threshold, and no route setting
+// can send one question id to a human). A version with no threshold at all
+// still gets its (empty) pin, so that it routes human even with `unpinned
+// auto`. Versions and ids are quoted as the Caddyfile needs; one that no
+// Caddyfile token can hold is written as a comment instead (set it in the
+// JSON config). Nothing is written when r has no groups.
+func WriteFragment(w io.Writer, r Result) error {
+	if len(r.Groups) == 0 {
+		return nil
+	}
+	bw := bufio.NewWriter(w)
+	fmt.Fprintln(bw, "route {")
+	for i := 0; i < len(r.Groups); {
+		model := r.Groups[i].Model
+		var body []string
+		for ; i < len(r.Groups) && r.Groups[i].Model == model; i++ {
+			g := r.Groups[i]
+			if !g.HasThreshold {
+				if tg, ok := typeGroup(r.Groups, g); ok && g.Question != "" && tg.HasThreshold {
+					body = append(body, fmt.Sprintf("# question %s: no threshold of its own; it takes %s %s, computed without its labels",
+						quoteNote(g.Question), g.Type, FormatThreshold(tg.Threshold)))
+				}
+				continue
+			}
+			t := FormatThreshold(g.Threshold)
+			if g.Question == "" {
+				body = append(body, g.Type+" "+t)
+				continue
+			}
+			if id, ok := caddyfileToken(g.Question); ok {
+				body = append(body, "question "+id+" "+t)
+			} else {
+				body = append(body, fmt.Sprintf("# question %s %s: no Caddyfile token can hold this id; set it in the JSON config", quoteNote(g.Question), t))
+			}
+		}
+		version, ok := caddyfileToken(model)
+		if !ok {
+			fmt.Fprintf(bw, "\t# version %s: no Caddyfile token can hold it; pin it in the JSON config\n", quoteNote(model))
+			continue
+		}
+		fmt.Fprintf(bw, "\tpin %s {\n", version)
+		if len(body) == 0 {
+			fmt.Fprintln(bw, "\t\t# no threshold found: every question routes human (no_threshold)")
+		}
+		for _, line := range body {
+			fmt.Fprintf(bw, "\t\t%s\n", line)
+		}
+		fmt.Fprintln(bw, "\t}")
+	}
+	fmt.Fprintln(bw, "}")
+	return bw.Flush()
+}
+
+// caddyfileToken writes s as one Caddyfile token that reads back as s
+// (caddyconfig/caddyfile's lexer): bare when that is unambiguous, else in
+// double quotes (where only \" is an escape; a backslash before any other
+// character is kept), else in backticks (where nothing is). It reports false
+// for a value no token holds: empty (the route block refuses it), one with
+// "{$" (the Caddyfile substitutes environment variables before it reads
+// tokens, inside quotes too), or one that neither quoting can hold (a
+// backtick together with a backslash before a quote or at the end).
+func caddyfileToken(s string) (string, bool) {
+	if s == "" || strings.Contains(s, "{$") {
+		return "", false
+	}
+	if bare(s) {
+		return s, true
+	}
+	if !strings.Contains(s, `\"`) && !strings.HasSuffix(s, `\`) {
+		return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`, true
+	}
+	if !strings.Contains(s, "`") {
+		return "`" + s + "`", true
+	}
+	return "", false
+}
+
+// bare reports whether s reads back as itself unquoted: letters, digits and
+// a few punctuation marks that mean nothing to the lexer, and no leading
+// "<<" (a heredoc) — which those marks exclude anyway.
+func bare(s string) bool {
+	for _, r := range s {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("-_.:/@+=%~,", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// quoteNote quotes s for a note or a Caddyfile comment: on one line, and
+// with "$" escaped so that no "{$...}" is substituted in the comment.
+func quoteNote(s string) string {
+	return strings.ReplaceAll(strconv.Quote(s), "$", `\u0024`)
+}
