@@ -6,6 +6,8 @@ package route
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -50,6 +52,13 @@ type Router struct {
 	pins         map[string]*pin
 	unpinnedAuto bool
 	queue        *queue // nil without a configured queue
+	audit        float64
+
+	// rng draws the audit sample. A source per Router, not the global
+	// one, so a test can seed it; math/rand/v2 sources are not safe for
+	// concurrent use, hence the lock.
+	rngMu sync.Mutex
+	rng   *rand.Rand
 }
 
 // pin is a Pin ready for lookups.
@@ -61,7 +70,8 @@ type pin struct {
 
 // New validates cfg and returns its Router. client is the Redis client of the
 // review queue: required when cfg.Queue is set, ignored otherwise; the caller
-// keeps owning it. A nil logger discards the queue's logs.
+// keeps owning it. A nil logger discards the queue's logs. The audit draw is
+// seeded at random.
 func New(cfg Config, client redis.UniversalClient, logger *zap.Logger) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -72,6 +82,8 @@ func New(cfg Config, client redis.UniversalClient, logger *zap.Logger) (*Router,
 	r := &Router{
 		pins:         make(map[string]*pin, len(cfg.Pins)),
 		unpinnedAuto: cfg.Unpinned == RouteAuto,
+		audit:        cfg.Audit,
+		rng:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	for _, p := range cfg.Pins {
 		rp := &pin{version: p.Version, types: make(map[string]float64, 3), questions: p.Questions}
@@ -86,7 +98,7 @@ func New(cfg Config, client redis.UniversalClient, logger *zap.Logger) (*Router,
 		if client == nil {
 			return nil, fmt.Errorf("queue %q: no Redis client", q.Stream)
 		}
-		r.queue = newQueue(*q, client, logger)
+		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, client, logger)
 	}
 	return r, nil
 }
@@ -134,6 +146,13 @@ type QuestionRoute struct {
 	// Threshold applies to this question; meaningful only when HasThreshold.
 	Threshold    float64
 	HasThreshold bool
+	// The model's answer, meaningful only when HasAnswer, which implies
+	// HasConfidence: Answer is the noul probability of yes or the score
+	// (probability-weighted tier number), Choice the option key a choice
+	// answer picked.
+	Answer    float64
+	Choice    string
+	HasAnswer bool
 }
 
 // Decide routes a 200 response. questions are the request's, in its order;
