@@ -1,8 +1,9 @@
 // Package systemone is an edge gateway for the systemone evaluation service,
 // built as Caddy modules: the `systemone` handler (guardrails, per-org
 // limits, a circuit breaker and confidence routing in front of
-// reverse_proxy) and the `systemone_simulator` upstream. Importing it
-// registers both modules and their Caddyfile directives.
+// reverse_proxy), the `systemone_review` API and page, and the
+// `systemone_simulator` upstream. Importing it registers the modules and
+// their Caddyfile directives.
 package systemone
 
 import (
@@ -12,7 +13,8 @@ import (
 
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
-	_ "github.com/systemone/systemone-gateway/simulator" // registers systemone_simulator
+	_ "github.com/systemone/systemone-gateway/handlers/review" // registers systemone_review
+	_ "github.com/systemone/systemone-gateway/simulator"       // registers systemone_simulator
 )
 
 // DefaultCaddyfile is the repository's root Caddyfile: the gateway on :8080
