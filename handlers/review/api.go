@@ -21,6 +21,13 @@ const (
 	// (a larger `limit` is read as MaxLimit).
 	DefaultLimit = 50
 	MaxLimit     = 500
+	// exportBatch is how many labelled entries GET /labels reads per pair
+	// of round trips.
+	exportBatch = 100
+)
+
+// Scanning for unlabelled items; variables so that tests can shrink them.
+var (
 	// maxScan bounds the entries one `unlabeled=1` page reads looking for
 	// unlabelled ones, so that a long labelled stretch of the stream costs
 	// a request a bounded amount of Redis work. A page that stops there
@@ -28,10 +35,7 @@ const (
 	maxScan = 10000
 	// filterBatch is how many entries an `unlabeled=1` page reads per round
 	// trip: entries may hold whole bodies, so not too many at once.
-	filterBatch = 100
-	// exportBatch is how many labelled entries GET /labels reads per pair
-	// of round trips.
-	exportBatch = 100
+	filterBatch int64 = 100
 )
 
 // Bounds of PUT /items/<id>/labels.

@@ -3,12 +3,16 @@ package review
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/internal/redistest"
@@ -302,5 +306,66 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		case tc.err == "" && (!slices.Equal(h.Redis, tc.want.Redis) || h.KeyPrefix != tc.want.KeyPrefix || h.Stream != tc.want.Stream):
 			t.Errorf("%q: %+v, want %+v", tc.in, h, tc.want)
 		}
+	}
+}
+
+// An unlabeled=1 page stops scanning after maxScan entries: fewer items
+// than asked, and a next cursor that goes on from where it stopped.
+func TestListScanBudget(t *testing.T) {
+	s, client := testStore(t)
+	ctx := context.Background()
+	var entries []string
+	for i := range 10 {
+		id, err := client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: []string{"request_id", strconv.Itoa(i),
+			"questions", `[{"id":"q","type":"noul","route":"human","confidence":0.1,"answer":0.45}]`}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, id)
+		if i < 6 {
+			if err := s.put(ctx, mustID(t, id), map[string]string{"q": `{"label":true}`}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer func(scan int, batch int64) { maxScan, filterBatch = scan, batch }(maxScan, filterBatch)
+	maxScan, filterBatch = 4, 2
+	h := &Handler{store: s, logger: zap.NewNop()}
+	list := func(query string) listPage {
+		t.Helper()
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/items?"+query, nil), nil); err != nil || w.Code != 200 {
+			t.Fatalf("%s: %d %v %s", query, w.Code, err, w.Body)
+		}
+		var p listPage
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	got := func(p listPage) []string {
+		var out []string
+		for _, it := range p.Items {
+			out = append(out, it.ID)
+		}
+		return out
+	}
+	// Entries 0-5 are labelled: the first page scans 0-3 and stops.
+	p := list("unlabeled=1&limit=1") // batches of 2
+	if len(p.Items) != 0 || p.Next != entries[3] {
+		t.Fatalf("first page %v next %q, want none and next %s", got(p), p.Next, entries[3])
+	}
+	p = list("unlabeled=1&limit=2&after=" + p.Next)
+	if !slices.Equal(got(p), entries[6:8]) || p.Next != entries[7] {
+		t.Fatalf("second page %v next %q", got(p), p.Next)
+	}
+	p = list("unlabeled=1&limit=2&after=" + p.Next)
+	if !slices.Equal(got(p), entries[8:]) || p.Next != "" {
+		t.Fatalf("last page %v next %q", got(p), p.Next)
+	}
+	// A labelled item shows its labels; unlabelled ones have none.
+	p = list("limit=10")
+	if len(p.Items) != 10 || string(p.Items[0].Labels["q"]) != "true" || p.Items[9].Labels != nil {
+		t.Errorf("labels on items: %+v / %+v", p.Items[0].Labels, p.Items[9].Labels)
 	}
 }
