@@ -1,9 +1,9 @@
 // Package systemone is an edge gateway for the systemone evaluation service,
 // built as Caddy modules: the `systemone` handler (guardrails, per-org
 // limits, a circuit breaker and confidence routing in front of
-// reverse_proxy) and the `systemone_simulator` upstream. Importing it
-// registers both modules and their Caddyfile directives, and the
-// `calibrate` subcommand.
+// reverse_proxy), the `systemone_review` API and page, and the
+// `systemone_simulator` upstream. Importing it registers the modules, their
+// Caddyfile directives and the `calibrate` subcommand.
 package systemone
 
 import (
@@ -13,6 +13,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
+	_ "github.com/systemone/systemone-gateway/handlers/review"        // registers systemone_review
 	_ "github.com/systemone/systemone-gateway/policy/route/calibrate" // registers the calibrate subcommand
 	_ "github.com/systemone/systemone-gateway/simulator"              // registers systemone_simulator
 )

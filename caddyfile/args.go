@@ -145,6 +145,22 @@ func thresholdArg(d *caddyfile.Dispenser) (*float64, error) {
 	return &t, nil
 }
 
+// fractionArg reads one number (the route policy checks its range).
+func fractionArg(d *caddyfile.Dispenser) (float64, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return 0, err
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, d.Errf("%q is not a number", v)
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return f, nil
+}
+
 func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
 	v, err := resolvedArg(d)
 	if err != nil {

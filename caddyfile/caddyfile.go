@@ -77,7 +77,9 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //				question <id> <threshold>
 //			}
 //			unpinned human|auto
-//			queue <stream> [maxlen <n>] [include_content]
+//			queue <stream> [maxlen <n>]
+//			audit <fraction>
+//			include_content
 //		}
 //	}
 //

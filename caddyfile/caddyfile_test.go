@@ -93,7 +93,7 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n route {\n pin v {\n question q\n }\n }\n}":                                   "wrong argument count",
 		"systemone {\n route {\n pin v {\n question q 0.5\n question q 0.6\n }\n }\n}":              "two thresholds",
 		"systemone {\n route {\n unpinned maybe\n }\n}":                                             "not one of",
-		"systemone {\n route {\n queue s maxlen 5 flush\n }\n}":                                     "include_content",
+		"systemone {\n route {\n queue s maxlen 5 flush\n }\n}":                                     "then maxlen <n>",
 		"systemone {\n route {\n pin v {\n choice -0.1\n }\n }\n}":                                  "threshold -0.1 is outside 0..1",
 	} {
 		_, err := parseString(t, input)

@@ -22,7 +22,14 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 		case "unpinned":
 			cfg.Unpinned, err = oneOf(d, route.Routes)
 		case "queue":
-			cfg.Queue, err = parseQueue(d)
+			err = parseQueue(d, cfg)
+		case "audit":
+			cfg.Audit, err = fractionArg(d)
+		case "include_content":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			cfg.IncludeContent = true
 		default:
 			return d.Errf("unknown route subdirective %q", name)
 		}
@@ -82,30 +89,34 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config) error {
 	return nil
 }
 
-func parseQueue(d *caddyfile.Dispenser) (*route.Queue, error) {
+// parseQueue parses `queue <stream> [maxlen <n>]`. The include_content
+// that the first version took on this line is still read, as the route
+// block's own.
+func parseQueue(d *caddyfile.Dispenser, cfg *route.Config) error {
 	stream, err := stringArg(d)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	q := &route.Queue{Stream: stream}
 	for d.NextArg() {
 		switch d.Val() {
 		case "maxlen":
 			if q.MaxLen != 0 {
-				return nil, d.Err("duplicate maxlen")
+				return d.Err("duplicate maxlen")
 			}
 			v, err := resolvedArg(d)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if q.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || q.MaxLen < 1 {
-				return nil, d.Errf("maxlen %q is not a whole number >= 1", v)
+				return d.Errf("maxlen %q is not a whole number >= 1", v)
 			}
 		case "include_content":
-			q.IncludeContent = true
+			cfg.IncludeContent = true
 		default:
-			return nil, d.Errf("queue takes a stream, then maxlen <n> and include_content, not %q", d.Val())
+			return d.Errf("queue takes a stream, then maxlen <n>, not %q", d.Val())
 		}
 	}
-	return q, nil
+	cfg.Queue = q
+	return nil
 }

@@ -26,6 +26,14 @@ type Answer struct {
 	// the field was a number.
 	Noul, Confidence       float64
 	HasNoul, HasConfidence bool
+	// Choice is the option key a choice answer picked, HasChoice whether
+	// the field was a string. Score is a score answer's probability-weighted
+	// tier number, HasScore whether the field was a number. The review queue
+	// stores them as the model's answer.
+	Choice    string
+	HasChoice bool
+	Score     float64
+	HasScore  bool
 }
 
 // Find returns the answer to question id. A repeated id is answered by its
@@ -42,9 +50,9 @@ func (r *Response) Find(id string) (Answer, bool) {
 // ErrUnreadable is a response body that is not a readable evaluation answer.
 var ErrUnreadable = errors.New("unreadable evaluation response")
 
-// ParseResponse reads model, usage and the answers' types and numbers from a
-// (decompressed) 200 body in one pass, skipping everything else (the
-// probabilities, legends and choices).
+// ParseResponse reads model, usage and the answers' types, numbers and
+// choices from a (decompressed) 200 body in one pass, skipping everything
+// else (the probabilities and legends).
 func ParseResponse(body []byte) (*Response, error) {
 	s := scanner{b: body}
 	resp := &Response{}
@@ -71,6 +79,13 @@ func ParseResponse(body []byte) (*Response, error) {
 			cur.Noul, cur.HasNoul = number(s.value(nil))
 		case s.keyIs(key, "confidence"):
 			cur.Confidence, cur.HasConfidence = number(s.value(nil))
+		case s.keyIs(key, "score"):
+			cur.Score, cur.HasScore = number(s.value(nil))
+		case s.keyIs(key, "choice"):
+			cur.Choice, cur.HasChoice = "", false
+			if sp := s.value(nil); sp.kind == kindString && s.err == nil {
+				cur.Choice, cur.HasChoice = s.text(sp), true
+			}
 		default:
 			return false
 		}

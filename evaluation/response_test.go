@@ -14,6 +14,8 @@ func TestParseResponse(t *testing.T) {
 		"c":{"type":"score","score":1.81,"legend":{"0":"lo"},"probabilities":{"0":1},"confidence":0.61},
 		"d":{"type":"choice","confidence":"high"},
 		"e":"not an answer",
+		"f":{"type":"choice","choice":3,"confidence":0.5},
+		"g":{"type":"choice","choice":"\u4e2d\"x","confidence":0.5},
 		"a":{"type":"noul","noul":0.5}},
 		"usage":{"input_tokens":123,"output_tokens":4}}`
 	resp, err := ParseResponse([]byte(body))
@@ -26,14 +28,20 @@ func TestParseResponse(t *testing.T) {
 	if a, ok := resp.Find("a"); !ok || a.Noul != 0.5 || !a.HasNoul || a.Type != TypeNoul {
 		t.Errorf("a: %+v (a repeated id keeps its last answer)", a)
 	}
-	if b, _ := resp.Find("b"); b.Confidence != 0.2 || !b.HasConfidence || b.Type != TypeChoice {
+	if b, _ := resp.Find("b"); b.Confidence != 0.2 || !b.HasConfidence || b.Type != TypeChoice || b.Choice != "x" || !b.HasChoice {
 		t.Errorf("b: %+v", b)
 	}
-	if c, _ := resp.Find("c"); c.Confidence != 0.61 || c.Type != TypeScore {
+	if c, _ := resp.Find("c"); c.Confidence != 0.61 || c.Type != TypeScore || c.Score != 1.81 || !c.HasScore {
 		t.Errorf("c: %+v", c)
 	}
-	if d, _ := resp.Find("d"); d.HasConfidence {
+	if d, _ := resp.Find("d"); d.HasConfidence || d.HasChoice {
 		t.Errorf("d: a string confidence read as a number: %+v", d)
+	}
+	if f, _ := resp.Find("f"); f.HasChoice || f.Choice != "" {
+		t.Errorf("f: a number choice read as a key: %+v", f)
+	}
+	if g, _ := resp.Find("g"); !g.HasChoice || g.Choice != "中\"x" {
+		t.Errorf("g: an escaped choice read as %q", g.Choice)
 	}
 	if e, ok := resp.Find("e"); !ok || e.Type != "" || e.HasConfidence || e.HasNoul {
 		t.Errorf("e: a non-object answer read as %+v %v, want one with no type", e, ok)

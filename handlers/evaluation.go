@@ -256,10 +256,9 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			d := h.router.Decide(x.req.Questions, resp, x.routeSignal())
 			x.route = &d
 			d.SetHeaders(header)
-			if d.Route == route.RouteHuman {
-				// The queue copies the bodies only with include_content.
-				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text})
-			}
+			// The router queues human routes and the audit's draw; it
+			// copies the bodies only with include_content.
+			h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text})
 		}
 	case http.StatusTooManyRequests:
 		// The upstream's own quota for this org: hold the org at the edge.

@@ -6,9 +6,10 @@ import (
 	"github.com/systemone/systemone-gateway/evaluation"
 )
 
-// readAnswers sets Confidence and HasConfidence on each question of qs whose
-// answer in answers is readable: of the question's type, with its number in
-// 0..1. A repeated id is answered by its last occurrence, as
+// readAnswers sets the confidence and the answer on each question of qs
+// whose answer in answers is readable: of the question's type, with its
+// number in 0..1. The answer itself is set only with the confidence, so a
+// queue entry never holds an answer whose confidence was unreadable. A repeated id is answered by its last occurrence, as
 // evaluation.Response.Find reads it. It walks the answers once rather than
 // calling Find per question, which would be quadratic in the question count,
 // a number only the request's size bounds.
@@ -16,7 +17,12 @@ func readAnswers(answers []evaluation.Answer, qs []QuestionRoute) {
 	index := questionIndex{qs: qs}
 	for _, a := range answers {
 		if i := index.find(a.ID); i >= 0 {
-			qs[i].Confidence, qs[i].HasConfidence = confidence(a, qs[i].Type)
+			q := &qs[i]
+			q.Confidence, q.HasConfidence = confidence(a, q.Type)
+			q.Answer, q.Choice, q.HasAnswer = 0, "", false
+			if q.HasConfidence {
+				q.Answer, q.Choice, q.HasAnswer = answer(a)
+			}
 		}
 	}
 }
@@ -41,6 +47,20 @@ func confidence(a evaluation.Answer, typ string) (float64, bool) {
 		return math.Abs(a.Confidence), true // -0 is in range, but would print as "-0.00"
 	}
 	return 0, false
+}
+
+// answer returns the model's answer of a, a readable answer: the noul
+// probability, the score, or the choice key, and whether the field was there.
+func answer(a evaluation.Answer) (float64, string, bool) {
+	switch a.Type {
+	case evaluation.TypeNoul:
+		return a.Noul, "", true // confidence checked it
+	case evaluation.TypeChoice:
+		return 0, a.Choice, a.HasChoice
+	case evaluation.TypeScore:
+		return a.Score, "", a.HasScore
+	}
+	return 0, "", false
 }
 
 // noulConfidence returns |2p-1| for p in 0..1, rounded to 9 decimal places.

@@ -11,15 +11,28 @@ import (
 )
 
 // Config is the `route` block: confidence thresholds pinned to concrete model
-// versions, and the review queue for answers routed to a human.
+// versions, and the review queue for answers routed to a human or drawn for
+// an audit.
 type Config struct {
 	// Pins holds the thresholds of each pinned model version.
 	Pins []Pin `json:"pins,omitempty"`
 	// Unpinned is the route of an answer from a version with no pin: "human"
 	// (default) or "auto".
 	Unpinned string `json:"unpinned,omitempty"`
-	// Queue, when set, appends every response routed to a human to a Redis stream.
+	// Queue, when set, appends every response routed to a human to a Redis
+	// stream, and those drawn by Audit.
 	Queue *Queue `json:"queue,omitempty"`
+	// Audit is the share, in 0..1, of all routed 200 responses (auto or
+	// human) that are also queued, drawn uniformly at random and
+	// independently of route and confidence, so that labels of the drawn
+	// entries are an unbiased sample to calibrate thresholds on. Default 0:
+	// no audit. Needs Queue.
+	Audit float64 `json:"audit,omitempty"`
+	// IncludeContent adds the request and response bodies to each queue
+	// entry. Default false: entries then hold ids, routes, confidences and
+	// the model's answers only, and the stream keeps no evaluated content.
+	// Needs Queue.
+	IncludeContent bool `json:"include_content,omitempty"`
 }
 
 // Pin is the thresholds tuned against one concrete model version.
@@ -42,18 +55,18 @@ type Queue struct {
 	Stream string `json:"stream"`
 	// MaxLen trims the stream approximately (XADD MAXLEN ~). Default 100000.
 	MaxLen int64 `json:"maxlen,omitempty"`
-	// IncludeContent adds the request and response bodies to each entry.
-	// Default false: entries then hold ids, routes and confidences only, and
-	// the stream keeps no evaluated content.
+	// IncludeContent is the place Config.IncludeContent had before it moved
+	// to the `route` block, still read so older JSON configs keep their
+	// meaning: either one turns content on. Default false.
 	IncludeContent bool `json:"include_content,omitempty"`
 }
 
 // DefaultMaxLen is the stream length Queue.MaxLen defaults to.
 const DefaultMaxLen = 100000
 
-// Validate checks the config without acquiring anything: thresholds in 0..1,
-// each version pinned at most once, a known `unpinned` value and a named
-// stream.
+// Validate checks the config without acquiring anything: thresholds and
+// audit in 0..1, each version pinned at most once, a known `unpinned` value,
+// a named stream, and a queue for audit and include_content.
 func (c Config) Validate() error {
 	if c.Unpinned != "" && !slices.Contains(Routes, c.Unpinned) {
 		return fmt.Errorf("unpinned must be %q or %q, not %q", RouteHuman, RouteAuto, c.Unpinned)
@@ -84,6 +97,18 @@ func (c Config) Validate() error {
 		}
 		if q.MaxLen < 0 {
 			return fmt.Errorf("queue %q: negative maxlen %d", q.Stream, q.MaxLen)
+		}
+	}
+	if !inUnit(c.Audit) {
+		return fmt.Errorf("audit %v is outside 0..1", c.Audit)
+	}
+	if c.Queue == nil {
+		// Both would silently do nothing: say so at load time instead.
+		if c.Audit > 0 {
+			return errors.New("audit needs a queue to write the drawn entries to")
+		}
+		if c.IncludeContent {
+			return errors.New("include_content needs a queue")
 		}
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/systemone/systemone-gateway/evaluation"
 )
 
 // Meta is what a review entry holds beyond the decision.
@@ -18,7 +20,7 @@ type Meta struct {
 	// Org is the organization id.
 	Org string
 	// Request and Response are the request body and the (decompressed)
-	// response body. They are stored only with Queue.IncludeContent, and
+	// response body. They are stored only with Config.IncludeContent, and
 	// copied before Enqueue returns.
 	Request, Response []byte
 }
@@ -27,6 +29,8 @@ type Meta struct {
 type QueueStats struct {
 	// Enqueued entries were written to the stream.
 	Enqueued int64
+	// Audited entries were drawn by the audit (whether written or not).
+	Audited int64
 	// Dropped entries were never sent: too many writes in flight, or the
 	// Router closed.
 	Dropped int64
@@ -34,7 +38,7 @@ type QueueStats struct {
 	Failed int64
 }
 
-// Enqueue tuning: a slow or lost Redis costs each human-routed response at
+// Enqueue tuning: a slow or lost Redis costs each queued response at
 // most one goroutine for enqueueTimeout, and never more than maxInFlight
 // goroutines in all; entries beyond that are dropped, counted and logged.
 const (
@@ -57,10 +61,10 @@ type queue struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	enqueued, dropped, failed atomic.Int64
+	enqueued, audited, dropped, failed atomic.Int64
 }
 
-func newQueue(cfg Queue, client StreamWriter, logger *zap.Logger) *queue {
+func newQueue(cfg Queue, includeContent bool, client StreamWriter, logger *zap.Logger) *queue {
 	maxLen := cfg.MaxLen
 	if maxLen == 0 {
 		maxLen = DefaultMaxLen
@@ -69,7 +73,7 @@ func newQueue(cfg Queue, client StreamWriter, logger *zap.Logger) *queue {
 		client:         client,
 		stream:         cfg.Stream,
 		maxLen:         maxLen,
-		includeContent: cfg.IncludeContent,
+		includeContent: includeContent,
 		timeout:        enqueueTimeout,
 		slots:          make(chan struct{}, maxInFlight),
 		now:            time.Now,
@@ -77,24 +81,39 @@ func newQueue(cfg Queue, client StreamWriter, logger *zap.Logger) *queue {
 	}
 }
 
-// Enqueue appends a human-routed decision to the review stream (XADD with
-// MAXLEN ~), in the background: it never blocks and never fails the request.
-// It does nothing without a configured queue or when d routes auto, so the
-// handler may call it for every routed response. ctx's values are kept, its
+// Enqueue queues a routed 200 response for review when it routes human or
+// is drawn by the audit: an entry is written once, with audit "1" when the
+// draw picked it, whatever its route. The handler calls it for every routed
+// 200 response and lets the Router decide. The draw is made on every call,
+// before the route is looked at, so the audited sample is uniform over all
+// routed responses and independent of route and confidence.
+//
+// The write (XADD with MAXLEN ~) runs in the background: Enqueue never
+// blocks and never fails the request. ctx's values are kept, its
 // cancellation is not: the write outlives the request, bounded by a timeout
 // of its own. An entry that cannot be written is logged at warn (ids only,
-// never content) and counted in QueueStats.
+// never content) and counted in QueueStats. Without a configured queue it
+// does nothing.
 //
-// An entry holds the fields request_id, org, model, route, reason,
-// questions (a JSON array of {"id","type","route","confidence"}, confidence
-// null when unread), ts (RFC 3339, UTC) and, with include_content, request
-// and response.
+// An entry holds the fields request_id, org, model, route, reason, audit
+// ("1" or "0"), questions (a JSON array of
+// {"id","type","route","confidence","answer"}: answer is the noul
+// probability, the choice key or the score; confidence and answer are null
+// when unread), ts (RFC 3339, UTC) and, with include_content, request and
+// response.
 func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	q := r.queue
-	if q == nil || d.Route != RouteHuman {
+	if q == nil {
 		return
 	}
-	ref := entryRef{requestID: meta.RequestID, org: meta.Org, reason: d.Reason}
+	audit := r.drawAudit()
+	if audit {
+		q.audited.Add(1)
+	}
+	if d.Route != RouteHuman && !audit {
+		return
+	}
+	ref := entryRef{requestID: meta.RequestID, org: meta.Org, reason: d.Reason, audit: audit}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -115,7 +134,7 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 		Stream: q.stream,
 		MaxLen: q.maxLen,
 		Approx: true,
-		Values: q.values(d, meta), // built now: the caller may reuse its buffers
+		Values: q.values(d, meta, audit), // built now: the caller may reuse its buffers
 	}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
@@ -153,7 +172,20 @@ func (r *Router) QueueStats() QueueStats {
 	if q == nil {
 		return QueueStats{}
 	}
-	return QueueStats{Enqueued: q.enqueued.Load(), Dropped: q.dropped.Load(), Failed: q.failed.Load()}
+	return QueueStats{Enqueued: q.enqueued.Load(), Audited: q.audited.Load(), Dropped: q.dropped.Load(), Failed: q.failed.Load()}
+}
+
+// drawAudit reports whether this response is drawn for the audit: true
+// with probability Config.Audit. rand.Float64 is in [0, 1), so audit 0
+// never draws and audit 1 always does.
+func (r *Router) drawAudit() bool {
+	if r.audit <= 0 {
+		return false
+	}
+	r.rngMu.Lock()
+	v := r.rng.Float64()
+	r.rngMu.Unlock()
+	return v < r.audit
 }
 
 // entryQuestion is one element of an entry's `questions` field.
@@ -162,16 +194,29 @@ type entryQuestion struct {
 	Type       string   `json:"type"`
 	Route      string   `json:"route"`
 	Confidence *float64 `json:"confidence"`
+	// Answer is a float64 (noul, score) or a string (choice); nil is null.
+	Answer any `json:"answer"`
 }
 
 // values returns the entry's fields, in a fixed order.
-func (q *queue) values(d Decision, meta Meta) []string {
+func (q *queue) values(d Decision, meta Meta, audit bool) []string {
 	qs := make([]entryQuestion, len(d.Questions))
 	for i, dq := range d.Questions {
 		qs[i] = entryQuestion{ID: dq.ID, Type: dq.Type, Route: dq.Route}
 		if dq.HasConfidence {
 			qs[i].Confidence = &d.Questions[i].Confidence
 		}
+		if dq.HasAnswer {
+			if dq.Type == evaluation.TypeChoice {
+				qs[i].Answer = dq.Choice
+			} else {
+				qs[i].Answer = dq.Answer
+			}
+		}
+	}
+	auditField := "0"
+	if audit {
+		auditField = "1"
 	}
 	questions, err := json.Marshal(qs)
 	if err != nil { // strings and finite floats always marshal
@@ -183,6 +228,7 @@ func (q *queue) values(d Decision, meta Meta) []string {
 		"model", d.Model,
 		"route", d.Route,
 		"reason", d.Reason,
+		"audit", auditField,
 		"questions", string(questions),
 		"ts", q.now().UTC().Format(time.RFC3339Nano),
 	}
@@ -195,6 +241,7 @@ func (q *queue) values(d Decision, meta Meta) []string {
 // entryRef names an entry in logs, without its content.
 type entryRef struct {
 	requestID, org, reason string
+	audit                  bool
 }
 
 // lost counts and logs an entry that did not reach the stream. Each is
@@ -208,6 +255,7 @@ func (q *queue) lost(ref entryRef, msg string, err error, counter *atomic.Int64)
 			zap.String("request_id", ref.requestID),
 			zap.String("org", ref.org),
 			zap.String("route_reason", ref.reason),
+			zap.Bool("audit", ref.audit),
 			zap.Int64("total", n),
 		}
 		if err != nil {

@@ -3,6 +3,9 @@ package route
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,13 +95,13 @@ func TestEnqueue(t *testing.T) {
 	})
 	want := []map[string]any{
 		{
-			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence",
-			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":0.3},{"id":"中文","type":"noul","route":"auto","confidence":0.8}]`,
+			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence", "audit": "0",
+			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":0.3,"answer":"good"},{"id":"中文","type":"noul","route":"auto","confidence":0.8,"answer":0.9}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
 		{
-			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response",
-			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":null},{"id":"中文","type":"noul","route":"human","confidence":null}]`,
+			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response", "audit": "0",
+			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":null,"answer":null},{"id":"中文","type":"noul","route":"human","confidence":null,"answer":null}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
 	}
@@ -125,7 +128,16 @@ func TestEnqueue(t *testing.T) {
 }
 
 func TestEnqueueIncludeContent(t *testing.T) {
-	r, _, client, _ := queueRouter(t, Queue{Stream: "review", IncludeContent: true})
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	cfg := testConfig()
+	cfg.Queue = &Queue{Stream: "review"}
+	cfg.IncludeContent = true
+	r, err := New(cfg, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, resp := humanDecision(r)
 	req := append([]byte(nil), secretRequest...)
 	r.Enqueue(context.Background(), d, Meta{RequestID: "req-1", Org: "acme", Request: req, Response: resp})
@@ -254,9 +266,166 @@ func TestEnqueueWithoutQueue(t *testing.T) {
 }
 
 func TestQueueDefaults(t *testing.T) {
-	r, _, _, _ := queueRouter(t, Queue{Stream: "review"})
-	if r.queue.maxLen != DefaultMaxLen || r.queue.includeContent {
-		t.Errorf("maxlen %d, include_content %v; want %d, false", r.queue.maxLen, r.queue.includeContent, DefaultMaxLen)
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review"})
+	if r.queue.maxLen != DefaultMaxLen || r.queue.includeContent || r.audit != 0 {
+		t.Errorf("maxlen %d, include_content %v, audit %v; want %d, false, 0", r.queue.maxLen, r.queue.includeContent, r.audit, DefaultMaxLen)
+	}
+	// include_content moved from the queue to the route block; the old
+	// place still turns it on.
+	old, _ := routerOn(t, client, Queue{Stream: "review", IncludeContent: true})
+	if !old.queue.includeContent {
+		t.Error("Queue.IncludeContent no longer turns content on")
+	}
+}
+
+// answerDecision routes one question of each type, every one confident
+// enough for auto.
+func answerDecision(r *Router) Decision {
+	return decideBody(r, mixed, body("service-1.0.0", noul("yes", "0.95"), choice("pick", "0.8"), score("rate", "0.61")), Signal{})
+}
+
+func TestEnqueueAnswers(t *testing.T) {
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review"})
+	r.audit = 1
+	r.Enqueue(context.Background(), answerDecision(r), Meta{RequestID: "req-1"})
+	// An answer of the right type without its answer field: confidence
+	// read, answer null.
+	partial := decideBody(r, mixed, []byte(`{"model":"service-1.0.0","answers":{`+
+		`"yes":{"type":"noul","noul":0.5},"pick":{"type":"choice","confidence":0.9},"rate":{"type":"score","confidence":0.9}}}`), Signal{})
+	r.Enqueue(context.Background(), partial, Meta{RequestID: "req-2"})
+	r.Close()
+	msgs := readStream(t, client, "review")
+	slices.SortFunc(msgs, func(a, b redis.XMessage) int {
+		return strings.Compare(a.Values["request_id"].(string), b.Values["request_id"].(string))
+	})
+	want := []string{
+		`[{"id":"yes","type":"noul","route":"auto","confidence":0.9,"answer":0.95},` +
+			`{"id":"pick","type":"choice","route":"auto","confidence":0.8,"answer":"good"},` +
+			`{"id":"rate","type":"score","route":"auto","confidence":0.61,"answer":1.81}]`,
+		`[{"id":"yes","type":"noul","route":"human","confidence":0,"answer":0.5},` +
+			`{"id":"pick","type":"choice","route":"auto","confidence":0.9,"answer":null},` +
+			`{"id":"rate","type":"score","route":"auto","confidence":0.9,"answer":null}]`,
+	}
+	if len(msgs) != 2 {
+		t.Fatalf("%d entries, want 2", len(msgs))
+	}
+	for i, m := range msgs {
+		if m.Values["questions"] != want[i] || m.Values["audit"] != "1" {
+			t.Errorf("entry %d: audit %v questions\n%s\nwant\n%s", i, m.Values["audit"], m.Values["questions"], want[i])
+		}
+	}
+}
+
+// With audit, every routed 200 may be drawn: a drawn human entry is
+// written once, with audit 1; an undrawn auto one not at all.
+func TestEnqueueAudit(t *testing.T) {
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review"})
+	r.audit = 1
+	human, _ := humanDecision(r)
+	auto := answerDecision(r)
+	r.Enqueue(context.Background(), human, Meta{RequestID: "human-audited"})
+	r.Enqueue(context.Background(), auto, Meta{RequestID: "auto-audited"})
+	r.audit = 0
+	r.Enqueue(context.Background(), human, Meta{RequestID: "human"})
+	r.Enqueue(context.Background(), auto, Meta{RequestID: "auto"})
+	r.Close()
+
+	got := map[string]string{}
+	for _, m := range readStream(t, client, "review") {
+		id := m.Values["request_id"].(string)
+		if _, dup := got[id]; dup {
+			t.Errorf("%s written twice", id)
+		}
+		got[id] = m.Values["route"].(string) + " audit=" + m.Values["audit"].(string)
+	}
+	want := map[string]string{"human-audited": "human audit=1", "auto-audited": "auto audit=1", "human": "human audit=0"}
+	if len(got) != len(want) {
+		t.Errorf("entries %v, want %v", got, want)
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("%s: %q, want %q", id, got[id], w)
+		}
+	}
+	if s := r.QueueStats(); s != (QueueStats{Enqueued: 3, Audited: 2}) {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// The draw is uniform: about the audit share of calls is drawn.
+func TestAuditDrawUniform(t *testing.T) {
+	r := newRouter(t, testConfig())
+	r.audit = 0.2
+	r.rng = rand.New(rand.NewPCG(1, 2))
+	const n = 20000
+	drawn := 0
+	for range n {
+		if r.drawAudit() {
+			drawn++
+		}
+	}
+	// n Bernoulli(0.2) draws: standard deviation about 57; 5 sigma.
+	if share := float64(drawn) / n; share < 0.186 || share > 0.214 {
+		t.Errorf("%.4f drawn, want about 0.2", share)
+	}
+	for _, audit := range []float64{0, 1} {
+		r.audit = audit
+		for range 1000 {
+			if r.drawAudit() != (audit == 1) {
+				t.Fatalf("audit %v: drew %v", audit, !(audit == 1))
+			}
+		}
+	}
+}
+
+// The draw is independent of route and confidence: two Routers seeded
+// alike, one handed only human decisions and one only auto ones, audit the
+// same calls.
+func TestAuditDrawIndependentOfRoute(t *testing.T) {
+	audited := func(d func(r *Router) Decision) []string {
+		r, _, client, _ := queueRouter(t, Queue{Stream: "review"})
+		r.audit = 0.3
+		r.rng = rand.New(rand.NewPCG(7, 7))
+		r.queue.slots = make(chan struct{}, 200) // room for all: none dropped
+		for i := range 200 {
+			r.Enqueue(context.Background(), d(r), Meta{RequestID: fmt.Sprintf("%03d", i)})
+		}
+		r.Close()
+		var ids []string
+		for _, m := range readStream(t, client, "review") {
+			if m.Values["audit"] == "1" {
+				ids = append(ids, m.Values["request_id"].(string))
+			}
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	human := audited(func(r *Router) Decision { d, _ := humanDecision(r); return d })
+	auto := audited(answerDecision)
+	if !slices.Equal(human, auto) || len(human) < 30 || len(human) > 90 {
+		t.Errorf("audited calls differ by route or are implausibly many or few:\nhuman %v\nauto  %v", human, auto)
+	}
+}
+
+func TestAuditConfig(t *testing.T) {
+	q := &Queue{Stream: "s"}
+	for _, tc := range []struct {
+		cfg  Config
+		want string // "" for valid
+	}{
+		{Config{Queue: q, Audit: 0.05}, ""},
+		{Config{Queue: q, Audit: 1}, ""},
+		{Config{Queue: q, IncludeContent: true}, ""},
+		{Config{Queue: q, Audit: -0.1}, "audit -0.1 is outside 0..1"},
+		{Config{Queue: q, Audit: 1.5}, "audit 1.5 is outside 0..1"},
+		{Config{Queue: q, Audit: math.NaN()}, "audit NaN is outside 0..1"},
+		{Config{Audit: 0.1}, "audit needs a queue"},
+		{Config{IncludeContent: true}, "include_content needs a queue"},
+	} {
+		err := tc.cfg.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
 	}
 }
 

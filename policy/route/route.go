@@ -7,6 +7,8 @@ package route
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
@@ -55,6 +57,13 @@ type Router struct {
 	pins         map[string]*pin
 	unpinnedAuto bool
 	queue        *queue // nil without a configured queue
+	audit        float64
+
+	// rng draws the audit sample. A source per Router, not the global
+	// one, so a test can seed it; math/rand/v2 sources are not safe for
+	// concurrent use, hence the lock.
+	rngMu sync.Mutex
+	rng   *rand.Rand
 }
 
 // pin is a Pin ready for lookups.
@@ -73,7 +82,8 @@ type StreamWriter interface {
 // New resolves placeholders in cfg's names (versions, question ids, the
 // stream), validates it and returns its Router. client is the handler's Redis
 // client: required when cfg.Queue is set, ignored otherwise; the caller keeps
-// owning it. A nil logger discards the queue's logs.
+// owning it. A nil logger discards the queue's logs. The audit draw is
+// seeded at random.
 func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
 	cfg = cfg.replaced(caddy.NewReplacer())
 	if err := cfg.Validate(); err != nil {
@@ -85,6 +95,8 @@ func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
 	r := &Router{
 		pins:         make(map[string]*pin, len(cfg.Pins)),
 		unpinnedAuto: cfg.Unpinned == RouteAuto,
+		audit:        cfg.Audit,
+		rng:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	for _, p := range cfg.Pins {
 		rp := &pin{version: p.Version, types: make(map[string]float64, 3), questions: p.Questions}
@@ -99,7 +111,7 @@ func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
 		if client == nil {
 			return nil, fmt.Errorf("queue %q needs the systemone block's redis", q.Stream)
 		}
-		r.queue = newQueue(*q, client, logger)
+		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, client, logger)
 	}
 	return r, nil
 }
@@ -147,6 +159,13 @@ type QuestionRoute struct {
 	// Threshold applies to this question; meaningful only when HasThreshold.
 	Threshold    float64
 	HasThreshold bool
+	// The model's answer, meaningful only when HasAnswer, which implies
+	// HasConfidence: Answer is the noul probability of yes or the score
+	// (probability-weighted tier number), Choice the option key a choice
+	// answer picked.
+	Answer    float64
+	Choice    string
+	HasAnswer bool
 }
 
 // Decide routes a 200 response. questions are the request's, in its order;
