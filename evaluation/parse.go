@@ -388,7 +388,8 @@ type errorList struct {
 	b []byte
 	n int
 	// nonFinite: the body holds NaN or Infinity, so an input is checked
-	// before it is echoed, and replaced by null where it is not JSON.
+	// before it is echoed: one that holds them is written as Python
+	// decodes it (echo), or null when they remain in the decoded value.
 	nonFinite bool
 }
 
@@ -408,7 +409,7 @@ func (e *errorList) add(typ, loc, msg string, input []byte, ctx string) {
 	e.b = append(e.b, quote(msg)...)
 	e.b = append(e.b, `,"input":`...)
 	if e.nonFinite && !json.Valid(input) {
-		input = []byte("null")
+		input = echo(input)
 	}
 	input = replaceSurrogates(input)
 	e.b = append(e.b, input...)

@@ -393,6 +393,12 @@ func TestParseRequestAsUpstream(t *testing.T) {
 		// An encoded surrogate is one character, written back as U+FFFD.
 		{"encoded surrogate in an id", "{\"state\":\"s\",\"questions\":{\"\xED\xA0\x80\":{\"type\":\"x\"}}}",
 			`{"detail":[{"type":"union_tag_invalid","loc":["body","questions","\ufffd"],"msg":"` + fmt.Sprintf(tagMsg, "x") + `","input":{"type":"x"},"ctx":{"discriminator":"'type'","tag":"x","expected_tags":"'noul', 'choice', 'score'"}}]}`},
+		// NaN and Infinity are echoed only where Python's decoded value
+		// still holds them, and then as null.
+		{"NaN under a repeated key", `{"x":NaN,"x":[0, 1e3]}`,
+			`{"detail":[{"type":"missing","loc":["body","state"],"msg":"Field required","input":{"x":[0,1e3]}},{"type":"missing","loc":["body","questions"],"msg":"Field required","input":{"x":[0,1e3]}}]}`},
+		{"NaN kept", `{"x":[NaN],"y":1}`,
+			`{"detail":[{"type":"missing","loc":["body","state"],"msg":"Field required","input":null},{"type":"missing","loc":["body","questions"],"msg":"Field required","input":null}]}`},
 		{"encoded surrogate in an input", "{\"state\":[\"\xED\xA0\x80\"]}",
 			`{"detail":[{"type":"missing","loc":["body","questions"],"msg":"Field required","input":{"state":["\ufffd"]}}]}`},
 	} {

@@ -24,9 +24,10 @@ func (s *scanner) pyStr(sp span) string {
 	return out.String()
 }
 
-// pyValue is a decoded value, enough to write its repr().
+// pyValue is a decoded value, enough to write its repr() or its JSON.
 type pyValue struct {
 	repr  string     // a scalar's repr
+	raw   []byte     // a scalar's JSON, as sent
 	keys  []string   // an object's keys, a repeated one in its first place
 	items []*pyValue // an array's items, or an object's values (a repeated key's last)
 	kind  byte
@@ -74,16 +75,69 @@ func (s *scanner) pyValue() *pyValue {
 		return v
 	}
 	sp := s.value(nil)
-	switch text := string(raw(s.b, sp)); sp.kind {
+	v := &pyValue{kind: sp.kind, raw: raw(s.b, sp)}
+	switch text := string(v.raw); sp.kind {
 	case kindString:
-		return &pyValue{repr: pyReprString(s.text(sp))}
+		v.repr = pyReprString(s.text(sp))
 	case kindNull:
-		return &pyValue{repr: "None"}
+		v.repr = "None"
 	case kindBool:
-		return &pyValue{repr: strings.ToUpper(text[:1]) + text[1:]}
+		v.repr = strings.ToUpper(text[:1]) + text[1:]
 	default:
-		return &pyValue{repr: pyNumber(text)}
+		v.repr = pyNumber(text)
 	}
+	return v
+}
+
+// echo returns the JSON of the value Python decodes from b, which holds NaN
+// or Infinity somewhere: compact, a repeated key collapsed into its first
+// place and last value. It returns null when NaN or Infinity remains, which
+// the upstream's JSON encoder cannot write (the contract writes null).
+func echo(b []byte) []byte {
+	s := scanner{b: b}
+	v := s.pyValue()
+	if v.nonFinite() {
+		return []byte("null")
+	}
+	return v.appendJSON(nil)
+}
+
+func (v *pyValue) nonFinite() bool {
+	for _, item := range v.items {
+		if item.nonFinite() {
+			return true
+		}
+	}
+	switch string(v.raw) {
+	case "NaN", "Infinity", "-Infinity":
+		return true
+	}
+	return false
+}
+
+func (v *pyValue) appendJSON(dst []byte) []byte {
+	switch v.kind {
+	case kindArray:
+		dst = append(dst, '[')
+		for i, item := range v.items {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = item.appendJSON(dst)
+		}
+		return append(dst, ']')
+	case kindObject:
+		dst = append(dst, '{')
+		for i, key := range v.keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(append(dst, quote(key)...), ':')
+			dst = v.items[i].appendJSON(dst)
+		}
+		return append(dst, '}')
+	}
+	return append(dst, v.raw...)
 }
 
 func (v *pyValue) write(out *strings.Builder) {
