@@ -167,9 +167,13 @@ func ParseRequest(body []byte) (*Request, error) {
 			case q.crit.kind != kindObject:
 				e.add("model_attributes_type", critLoc(), "Input should be a valid dictionary or object to extract fields from", raw(body, q.crit), "")
 			case q.crit.odd:
-				for _, m := range distinctMembers(&s, q.crit) {
-					if (m.key == "true" || m.key == "false") && m.value.scalar() {
-						e.addUnion(within(critLoc(), quote(m.key)), raw(body, m.value))
+				// A model's fields are validated in their declared order.
+				members := distinctMembers(&s, q.crit)
+				for _, field := range []string{"true", "false"} {
+					for _, m := range members {
+						if m.key == field && m.value.scalar() {
+							e.addUnion(within(critLoc(), quote(m.key)), raw(body, m.value))
+						}
 					}
 				}
 			}

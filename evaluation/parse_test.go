@@ -373,6 +373,8 @@ func TestParseRequestAsUpstream(t *testing.T) {
 			`{"detail":[{"type":"model_attributes_type","loc":[` + crit + `,"noul","criteria"],"msg":"Input should be a valid dictionary or object to extract fields from","input":5}]}`},
 		{"noul criteria true a number", q(`{"type":"noul","instructions":"x","criteria":{"true":1,"other":2,"false":"no"}}`),
 			`{"detail":[` + union(crit+`,"noul","criteria","true"`, `1`) + `]}`},
+		{"noul criteria in field order", q(`{"type":"noul","instructions":"x","criteria":{"false":true,"true":1}}`),
+			`{"detail":[` + union(crit+`,"noul","criteria","true"`, `1`) + `,` + union(crit+`,"noul","criteria","false"`, `true`) + `]}`},
 		{"noul criteria other fields", q(`{"type":"noul","instructions":"x","criteria":{"other":2}}`), ``},
 		// A repeated question id is validated once, with its last value.
 		{"repeated id, last valid", `{"state":"s","questions":{"q":{"type":"bad"},"q":{"type":"noul","instructions":"x"}}}`, ``},

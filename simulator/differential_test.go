@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/systemone/systemone-gateway/evaluation"
 )
@@ -40,23 +42,34 @@ func decodedJSON(b []byte) (any, error) {
 // choice or score question. The seed types both as text, but the contract
 // knows the service takes null noul instructions, and nothing says whether
 // that tolerance is the noul question's alone or the common field's.
-func lenientByDesign(e any) bool {
-	m, _ := e.(map[string]any)
-	loc, _ := m["loc"].([]any)
-	if m["input"] != nil {
+func lenientByDesign(e fieldError) bool {
+	if e.input != nil {
 		return false
 	}
-	if reflect.DeepEqual(loc, []any{"body", "model"}) {
+	if reflect.DeepEqual(e.loc, []any{"body", "model"}) {
 		return true
 	}
-	return len(loc) == 6 && loc[1] == "questions" && (loc[3] == typeChoice || loc[3] == typeScore) && loc[4] == "instructions"
+	return len(e.loc) == 6 && e.loc[1] == "questions" && (e.loc[3] == typeChoice || e.loc[3] == typeScore) && e.loc[4] == "instructions"
+}
+
+// oneCharPerSurrogate replaces each UTF-8-encoded surrogate by U+FFFD.
+func oneCharPerSurrogate(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if encodedSurrogate([]byte(s[i:])) {
+			b.WriteRune(utf8.RuneError)
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // compareValidators returns how the gateway's verdict on body differs from
 // the simulator's, or nil when they agree.
 func compareValidators(body []byte) error {
 	req, gerr := evaluation.ParseRequest(body)
-	sim, simBody := validateRequest(body)
 	var gBody []byte
 	if gerr != nil {
 		var invalid *evaluation.ValidationError
@@ -65,44 +78,48 @@ func compareValidators(body []byte) error {
 		}
 		gBody = invalid.Body()
 	}
+	sim := checkRequest(body)
+	simBody := sim.answer()
 
-	switch {
-	case simBody == nil && gBody == nil:
-		if req.Model != sim.model {
-			return fmt.Errorf("model: gateway %q, simulator %q", req.Model, sim.model)
-		}
-		return nil
-	case simBody == nil:
-		return fmt.Errorf("the gateway refuses what the simulator accepts: %s", gBody)
-	}
-
-	want, err := decodedJSON(simBody)
-	if err != nil {
-		return fmt.Errorf("simulator's 422 is not JSON: %v", err)
-	}
-	if list, ok := want.(map[string]any)["detail"].([]any); ok {
-		var kept []any
-		for _, e := range list {
+	// Set aside the errors the gateway forwards on purpose.
+	if len(sim.errs) > 0 {
+		kept := &checker{req: sim.req, tooManyChoices: sim.tooManyChoices}
+		for _, e := range sim.errs {
 			if !lenientByDesign(e) {
-				kept = append(kept, e)
+				kept.errs = append(kept.errs, e)
 			}
 		}
-		if len(kept) == 0 {
-			// Only errors the gateway forwards on purpose; it may still
-			// refuse the request for too many choices.
+		if len(kept.errs) == 0 {
+			// pydantic failed, so the service did not count options;
+			// the gateway may still refuse the request for too many.
 			if gBody == nil || strings.Contains(string(gBody), tooManyChoices) {
 				return nil
 			}
 			return fmt.Errorf("the gateway refuses a request it should forward: %s", gBody)
 		}
-		want = map[string]any{"detail": kept}
+		simBody = kept.answer()
 	}
-	if gBody == nil {
+
+	switch {
+	case simBody == nil && gBody == nil:
+		// The gateway keeps the model's bytes; an encoded surrogate in
+		// them is one U+FFFD to the simulator.
+		if oneCharPerSurrogate(req.Model) != sim.req.model {
+			return fmt.Errorf("model: gateway %q, simulator %q", req.Model, sim.req.model)
+		}
+		return nil
+	case simBody == nil:
+		return fmt.Errorf("the gateway refuses what the simulator accepts: %s", gBody)
+	case gBody == nil:
 		return fmt.Errorf("the gateway forwards what the simulator refuses with %s", simBody)
 	}
 	got, err := decodedJSON(gBody)
 	if err != nil {
 		return fmt.Errorf("gateway's 422 is not JSON: %v", err)
+	}
+	want, err := decodedJSON(simBody)
+	if err != nil {
+		return fmt.Errorf("simulator's 422 is not JSON: %v", err)
 	}
 	if !reflect.DeepEqual(got, want) {
 		return fmt.Errorf("422 bodies differ:\n gateway   %s\n simulator %s", gBody, simBody)
@@ -323,4 +340,175 @@ func FuzzValidatorsAgree(f *testing.F) {
 			t.Fatalf("%q: %v", body, err)
 		}
 	})
+}
+
+// TestValidatorsAgreeRandom builds random request-shaped bodies, which byte
+// mutation rarely reaches: every question type with criteria of every shape
+// and length, repeated keys, escaped keys, Python-only numbers, non-ASCII
+// text, and now and then a cut or a stray byte for the JSON errors.
+func TestValidatorsAgreeRandom(t *testing.T) {
+	n := 20000
+	if testing.Short() {
+		n = 2000
+	}
+	g := bodyGen{rng: rand.New(rand.NewPCG(1, 2))}
+	for range n {
+		body := g.request()
+		if g.rng.IntN(8) == 0 {
+			body = g.mutate(body)
+		}
+		if err := compareValidators([]byte(body)); err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+	}
+}
+
+type bodyGen struct{ rng *rand.Rand }
+
+func (g bodyGen) pick(options ...string) string { return options[g.rng.IntN(len(options))] }
+
+func (g bodyGen) space() string { return g.pick("", "", "", " ", "\n\t ") }
+
+// object writes the members as a JSON object, sometimes repeating one.
+func (g bodyGen) object(members [][2]string) string {
+	if len(members) > 0 && g.rng.IntN(6) == 0 {
+		m := members[g.rng.IntN(len(members))]
+		members = append(members, [2]string{m[0], g.scalar()})
+		g.rng.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })
+	}
+	parts := make([]string, len(members))
+	for i, m := range members {
+		parts[i] = g.space() + m[0] + g.space() + ":" + g.space() + m[1]
+	}
+	return "{" + strings.Join(parts, ",") + g.space() + "}"
+}
+
+func (g bodyGen) key(name string) string {
+	if g.rng.IntN(10) == 0 && name != "" {
+		return `"\u` + fmt.Sprintf("%04x", name[0]) + name[1:] + `"`
+	}
+	return `"` + name + `"`
+}
+
+func (g bodyGen) str() string {
+	return g.pick(`"s"`, `""`, `"noul"`, `"choice"`, `"score"`, `"中文，标点。"`, `"😀"`, `"it's \"q\""`,
+		`"\u00e9\t\n"`, `"\ud800"`, "\"\xED\xA0\x80\"", `"\ud83d\ude00"`, `"\u0000"`)
+}
+
+func (g bodyGen) scalar() string {
+	return g.pick(g.str(), "null", "true", "false", "0", "-0", "1.5", "1e3", "-2E-7", "1e999", "12345678901234567890", "NaN", "Infinity", "-Infinity")
+}
+
+func (g bodyGen) value(depth int) string {
+	switch r := g.rng.IntN(10); {
+	case depth > 2 || r < 6:
+		return g.scalar()
+	case r < 8:
+		items := make([]string, g.rng.IntN(4))
+		for i := range items {
+			items[i] = g.value(depth + 1)
+		}
+		return "[" + strings.Join(items, ",") + "]"
+	default:
+		var ms [][2]string
+		for i := range g.rng.IntN(4) {
+			ms = append(ms, [2]string{g.key(g.pick("a", "b", "true", "false", fmt.Sprint(i))), g.value(depth + 1)})
+		}
+		return g.object(ms)
+	}
+}
+
+// text is mostly a valid text field, sometimes anything.
+func (g bodyGen) text() string {
+	if g.rng.IntN(3) == 0 {
+		return g.value(0)
+	}
+	return g.pick(`"x"`, `{"q":"x"}`, `["x"]`, "null")
+}
+
+func (g bodyGen) criteria(typ string) string {
+	var items []string
+	n := []int{0, 1, 2, 3, 9, 10, 11, 12, 255, 256}[g.rng.IntN(10)]
+	if g.rng.IntN(3) > 0 {
+		n = g.rng.IntN(4)
+	}
+	for i := range n {
+		v := g.pick(`"d"`, "null", `{"x":1}`, `["y"]`)
+		if g.rng.IntN(12) == 0 {
+			v = g.scalar()
+		}
+		items = append(items, fmt.Sprintf(`"o%d":%s`, i, v))
+	}
+	switch {
+	case g.rng.IntN(8) == 0:
+		return g.value(0)
+	case typ == typeScore || (typ != typeChoice && g.rng.IntN(4) == 0):
+		for i := range items {
+			items[i] = items[i][strings.IndexByte(items[i], ':')+1:]
+		}
+		return "[" + strings.Join(items, ",") + "]"
+	case typ == typeNoul:
+		return g.object([][2]string{{g.key("true"), g.text()}, {g.key("false"), g.text()}, {`"other"`, g.value(0)}}[:g.rng.IntN(4)])
+	}
+	return "{" + strings.Join(items, ",") + "}"
+}
+
+func (g bodyGen) question() string {
+	if g.rng.IntN(12) == 0 {
+		return g.value(0)
+	}
+	typ := g.pick(typeNoul, typeChoice, typeScore, typeNoul, typeChoice, typeScore, "nuol", "")
+	var ms [][2]string
+	if g.rng.IntN(10) > 0 {
+		tag := `"` + typ + `"`
+		if g.rng.IntN(10) == 0 {
+			tag = g.value(0)
+		}
+		ms = append(ms, [2]string{g.key("type"), tag})
+	}
+	if g.rng.IntN(8) > 0 {
+		ms = append(ms, [2]string{g.key("instructions"), g.text()})
+	}
+	if g.rng.IntN(4) > 0 {
+		ms = append(ms, [2]string{g.key("criteria"), g.criteria(typ)})
+	}
+	if g.rng.IntN(6) == 0 {
+		ms = append(ms, [2]string{`"extra"`, g.value(0)})
+	}
+	g.rng.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
+	return g.object(ms)
+}
+
+func (g bodyGen) request() string {
+	if g.rng.IntN(20) == 0 {
+		return g.value(0)
+	}
+	var ms [][2]string
+	if g.rng.IntN(10) > 0 {
+		ms = append(ms, [2]string{g.key("state"), g.text()})
+	}
+	if g.rng.IntN(3) == 0 {
+		ms = append(ms, [2]string{g.key("model"), g.pick(`"service-latest"`, `"m"`, "null", "5", `["m"]`)})
+	}
+	if g.rng.IntN(10) > 0 {
+		var qs [][2]string
+		for i := range g.rng.IntN(5) {
+			qs = append(qs, [2]string{g.key(g.pick("q", "r", "问", fmt.Sprint(i))), g.question()})
+		}
+		questions := g.object(qs)
+		if g.rng.IntN(12) == 0 {
+			questions = g.value(0)
+		}
+		ms = append(ms, [2]string{g.key("questions"), questions})
+	}
+	return g.pick("", "", "\xEF\xBB\xBF") + g.space() + g.object(ms) + g.space()
+}
+
+// mutate cuts the body short or puts a stray byte into it.
+func (g bodyGen) mutate(body string) string {
+	i := g.rng.IntN(len(body) + 1)
+	if g.rng.IntN(2) == 0 {
+		return body[:i]
+	}
+	return body[:i] + g.pick(",", "}", "]", `"`, `\`, "\x01", "\xff", "x", ":") + body[i:]
 }

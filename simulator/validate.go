@@ -82,25 +82,32 @@ type validated struct {
 // validateRequest checks a request body as the service does. It returns the
 // 422 body the service answers, or nil for a request it accepts.
 func validateRequest(body []byte) (validated, []byte) {
+	c := checkRequest(body)
+	return c.req, c.answer()
+}
+
+// checkRequest decodes and validates a body; a body that does not decode gets one
+// json_invalid error.
+func checkRequest(body []byte) *checker {
+	var c checker
 	v, derr := decodeBody(body)
 	if derr != nil {
-		return validated{}, errorBody([]fieldError{{
-			typ:   "json_invalid",
-			loc:   []any{"body", derr.pos},
-			msg:   "JSON decode error",
-			input: newObject(),
-			ctx:   newObject().set("error", derr.msg),
-		}})
+		c.add("json_invalid", []any{"body", derr.pos}, "JSON decode error", newObject(), newObject().set("error", derr.msg))
+		return &c
 	}
-	var c checker
-	req := c.request(v)
-	if len(c.errs) > 0 {
-		return validated{}, errorBody(c.errs)
+	c.req = c.request(v)
+	return &c
+}
+
+// answer is the service's 422 body for the checked request, nil when valid.
+func (c *checker) answer() []byte {
+	switch {
+	case len(c.errs) > 0:
+		return errorBody(c.errs)
+	case c.tooManyChoices:
+		return encodeJSON(nil, newObject().set("detail", tooManyChoices))
 	}
-	if c.tooManyChoices {
-		return validated{}, encodeJSON(nil, newObject().set("detail", tooManyChoices))
-	}
-	return req, nil
+	return nil
 }
 
 func errorBody(errs []fieldError) []byte {
@@ -124,6 +131,7 @@ func errorBody(errs []fieldError) []byte {
 
 // checker collects the errors of one request.
 type checker struct {
+	req            validated
 	errs           []fieldError
 	tooManyChoices bool
 }
