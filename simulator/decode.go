@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"bytes"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -218,21 +219,29 @@ func (d *decoder) number(i int) (any, int, *decodeError) {
 // str is scanstring: the string whose opening quote is at i.
 func (d *decoder) str(i int) (string, int, *decodeError) {
 	b := d.b
-	var out []byte
-	for j := i + 1; ; {
+	j := d.plain(i + 1)
+	if j < len(b) && b[j] == '"' {
+		return string(b[i+1 : j]), j + 1, nil // no escapes: the text is the bytes
+	}
+	// The raw text bounds the decoded one: one allocation for all of it.
+	var out strings.Builder
+	out.Grow(d.stringEnd(j) - i)
+	out.Write(b[i+1 : j])
+	for {
 		switch {
 		case j >= len(b):
 			return "", j, d.fail("Unterminated string starting at", i)
 		case b[j] == '"':
-			return string(out), j + 1, nil
+			return out.String(), j + 1, nil
 		case b[j] < 0x20:
 			return "", j, d.fail("Invalid control character at", j)
 		case encodedSurrogate(b[j:]):
-			out = utf8.AppendRune(out, utf8.RuneError)
+			out.WriteRune(utf8.RuneError)
 			j += 3
 		case b[j] != '\\':
-			out = append(out, b[j])
-			j++
+			end := d.plain(j)
+			out.Write(b[j:end])
+			j = end
 		case j+1 >= len(b):
 			return "", j, d.fail("Unterminated string starting at", i)
 		case b[j+1] != 'u':
@@ -240,7 +249,7 @@ func (d *decoder) str(i int) (string, int, *decodeError) {
 			if !ok {
 				return "", j, d.fail("Invalid \\escape", j)
 			}
-			out = append(out, c)
+			out.WriteByte(c)
 			j += 2
 		default:
 			// \uXXXX; Python wants a character after the four digits
@@ -262,9 +271,31 @@ func (d *decoder) str(i int) (string, int, *decodeError) {
 					j += 6
 				}
 			}
-			out = utf8.AppendRune(out, r) // a lone surrogate is U+FFFD
+			out.WriteRune(r) // a lone surrogate is U+FFFD
 		}
 	}
+}
+
+// stringEnd returns where the string text from j ends, at its closing quote
+// or at the end of the body.
+func (d *decoder) stringEnd(j int) int {
+	for j < len(d.b) && d.b[j] != '"' {
+		if d.b[j] == '\\' {
+			j++
+		}
+		j++
+	}
+	return min(j, len(d.b))
+}
+
+// plain returns where the run of string text from j that needs no decoding
+// ends: at a quote, a backslash, a control character or an encoded surrogate.
+func (d *decoder) plain(j int) int {
+	b := d.b
+	for j < len(b) && b[j] != '"' && b[j] != '\\' && b[j] >= 0x20 && !encodedSurrogate(b[j:]) {
+		j++
+	}
+	return j
 }
 
 var simpleEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
