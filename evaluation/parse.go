@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"unicode/utf8"
 )
 
 // MaxChoices is the most options a choice question may have.
@@ -92,7 +93,7 @@ func ParseRequest(body []byte) (*Request, error) {
 	}
 	root := s.document(visitTop)
 	if s.err != nil {
-		return nil, jsonInvalid(s.err)
+		return nil, jsonInvalid(body, s.err)
 	}
 	if root.kind != kindObject {
 		e := errorList{nonFinite: s.nonFinite}
@@ -113,6 +114,9 @@ func ParseRequest(body []byte) (*Request, error) {
 	}
 	switch model.kind {
 	case 0, kindNull:
+		// The seed types `model` as a string; null is in doubt (it reads
+		// as "not given" to many clients), so it is forwarded and the
+		// upstream decides.
 	case kindString:
 		req.Model = s.text(model)
 	default:
@@ -124,6 +128,10 @@ func ParseRequest(body []byte) (*Request, error) {
 		e.add("dict_type", loc("questions"), "Input should be a valid dictionary", raw(body, questions), "")
 	}
 
+	// A repeated id keeps its first place and takes its last value, as a
+	// Python dict built from the decoded pairs does: only that value is
+	// validated, answered and counted.
+	qs, ids := distinctQuestions(&s, qs)
 	tooMany := false
 	var runes, cjkBytes, length int64
 	count := func(sp span) {
@@ -133,9 +141,8 @@ func ParseRequest(body []byte) (*Request, error) {
 	}
 	count(state)
 	req.Questions = make([]Question, 0, len(qs))
-	var index map[string]int // question id -> position, built only for long maps
-	for _, q := range qs {
-		id := s.text(q.id)
+	for i, q := range qs {
+		id := ids[i]
 		question := raw(body, q.value)
 		count(q.instructions)
 		count(q.crit)
@@ -143,51 +150,73 @@ func ParseRequest(body []byte) (*Request, error) {
 		if !ok {
 			continue
 		}
+		// The seed types instructions as text for every question; null is
+		// what clients send for a noul question without text, and the
+		// gateway forwards it on any type, leaving the doubt to the upstream.
 		if !q.hasInstr {
 			e.add("missing", loc("questions", id, typ, "instructions"), "Field required", question, "")
 		} else if !textual(q.instructions.kind) && q.instructions.kind != kindNull {
 			e.addUnion(loc("questions", id, typ, "instructions"), raw(body, q.instructions))
 		}
+		critLoc := func() string { return loc("questions", id, typ, "criteria") } // only for errors
 		switch typ {
+		case TypeNoul:
+			// Optional: an object with optional text `true` and `false`.
+			switch {
+			case !q.hasCrit || q.crit.kind == kindNull:
+			case q.crit.kind != kindObject:
+				e.add("model_attributes_type", critLoc(), "Input should be a valid dictionary or object to extract fields from", raw(body, q.crit), "")
+			case q.crit.odd:
+				// A model's fields are validated in their declared order.
+				members := distinctMembers(&s, q.crit)
+				for _, field := range []string{"true", "false"} {
+					for _, m := range members {
+						if m.key == field && m.value.scalar() {
+							e.addUnion(within(critLoc(), quote(m.key)), raw(body, m.value))
+						}
+					}
+				}
+			}
 		case TypeChoice:
 			switch {
 			case !q.hasCrit:
-				e.add("missing", loc("questions", id, typ, "criteria"), "Field required", question, "")
+				e.add("missing", critLoc(), "Field required", question, "")
 			case q.crit.kind != kindObject:
-				e.add("dict_type", loc("questions", id, typ, "criteria"), "Input should be a valid dictionary", raw(body, q.crit), "")
-			case q.crit.members > MaxChoices && distinctKeys(raw(body, q.crit)) > MaxChoices:
-				tooMany = true
+				e.add("dict_type", critLoc(), "Input should be a valid dictionary", raw(body, q.crit), "")
+			default:
+				if q.crit.odd {
+					for _, m := range distinctMembers(&s, q.crit) {
+						if m.value.scalar() {
+							e.addUnion(within(critLoc(), quote(m.key)), raw(body, m.value))
+						}
+					}
+				}
+				tooMany = tooMany || q.crit.members > MaxChoices && distinctKeys(raw(body, q.crit)) > MaxChoices
 			}
 		case TypeScore:
+			// pydantic's list validator: the item past the maximum fails
+			// the list at once, alone; item errors come next; the minimum
+			// is checked only when every item is valid.
 			switch {
 			case !q.hasCrit:
-				e.add("missing", loc("questions", id, typ, "criteria"), "Field required", question, "")
+				e.add("missing", critLoc(), "Field required", question, "")
 			case q.crit.kind != kindArray:
-				e.add("list_type", loc("questions", id, typ, "criteria"), "Input should be a valid list", raw(body, q.crit), "")
-			case q.crit.members < MinTiers:
-				e.add("too_short", loc("questions", id, typ, "criteria"),
-					"List should have at least 2 items after validation, not "+strconv.Itoa(q.crit.members), raw(body, q.crit),
-					`{"field_type":"List","min_length":2,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
+				e.add("list_type", critLoc(), "Input should be a valid list", raw(body, q.crit), "")
 			case q.crit.members > MaxTiers:
-				e.add("too_long", loc("questions", id, typ, "criteria"),
+				e.add("too_long", critLoc(),
 					"List should have at most 10 items after validation, not "+strconv.Itoa(q.crit.members), raw(body, q.crit),
 					`{"field_type":"List","max_length":10,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
+			case q.crit.odd:
+				for i, item := range arrayItems(&s, q.crit) {
+					if item.scalar() {
+						e.addUnion(within(critLoc(), strconv.Itoa(i)), raw(body, item))
+					}
+				}
+			case q.crit.members < MinTiers:
+				e.add("too_short", critLoc(),
+					"List should have at least 2 items after validation, not "+strconv.Itoa(q.crit.members), raw(body, q.crit),
+					`{"field_type":"List","min_length":2,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
 			}
-		}
-		// A repeated id keeps its first place and its last value, as a
-		// Python dict built from the decoded pairs does.
-		if len(req.Questions) >= 16 && index == nil {
-			index = make(map[string]int, len(qs))
-			for i, known := range req.Questions {
-				index[known.ID] = i
-			}
-		}
-		if at, dup := findQuestion(req.Questions, index, id); dup {
-			req.Questions[at].Type = typ
-			continue
-		}
-		if index != nil {
-			index[id] = len(req.Questions)
 		}
 		req.Questions = append(req.Questions, Question{ID: id, Type: typ})
 	}
@@ -211,13 +240,15 @@ func questionType(s *scanner, q questionSpans, id string, question []byte, e *er
 		e.add("union_tag_not_found", loc("questions", id), "Unable to extract tag using discriminator 'type'", question, `{"discriminator":"'type'"}`)
 		return "", false
 	}
-	tag := string(raw(s.b, q.typ))
+	var tag string
 	if q.typ.kind == kindString {
 		tag = s.typeName(q.typ)
 		switch tag {
 		case TypeNoul, TypeChoice, TypeScore:
 			return tag, true
 		}
+	} else {
+		tag = s.pyStr(q.typ)
 	}
 	const expected = "'noul', 'choice', 'score'"
 	e.add("union_tag_invalid", loc("questions", id),
@@ -226,17 +257,82 @@ func questionType(s *scanner, q questionSpans, id string, question []byte, e *er
 	return "", false
 }
 
-func findQuestion(qs []Question, index map[string]int, id string) (int, bool) {
-	if index != nil {
-		at, ok := index[id]
-		return at, ok
+// distinctQuestions returns the questions with a repeated id collapsed
+// into its first place and last value, and their ids.
+func distinctQuestions(s *scanner, qs []questionSpans) ([]questionSpans, []string) {
+	ids := make([]string, 0, len(qs))
+	var index map[string]int // id -> position, built only for long maps
+	out := qs[:0]
+	for _, q := range qs {
+		id := s.text(q.id)
+		if len(out) >= 16 && index == nil {
+			index = make(map[string]int, len(qs))
+			for i, known := range ids {
+				index[known] = i
+			}
+		}
+		at, dup := -1, false
+		if index != nil {
+			at, dup = index[id]
+		} else {
+			for i := range ids {
+				if ids[i] == id {
+					at, dup = i, true
+					break
+				}
+			}
+		}
+		if dup {
+			q.id = out[at].id
+			out[at] = q
+			continue
+		}
+		if index != nil {
+			index[id] = len(out)
+		}
+		out = append(out, q)
+		ids = append(ids, id)
 	}
-	for i := range qs {
-		if qs[i].ID == id {
-			return i, true
+	return out, ids
+}
+
+// member is one member of a scanned object.
+type member struct {
+	key   string
+	value span
+}
+
+// distinctMembers returns an object's members, a repeated key in its first
+// place with its last value. It scans the object again: only an object
+// holding a number or a boolean, which is then in error, gets here.
+func distinctMembers(s *scanner, object span) []member {
+	var ms []member
+	w := scanner{b: s.b, pos: object.start}
+	w.value(func(key span) bool {
+		m := member{key: w.text(key), value: w.value(nil)}
+		for i := range ms {
+			if ms[i].key == m.key {
+				ms[i].value = m.value
+				return true
+			}
+		}
+		ms = append(ms, m)
+		return true
+	})
+	return ms
+}
+
+// arrayItems returns the items of a scanned array, scanning it again.
+func arrayItems(s *scanner, array span) []span {
+	var items []span
+	w := scanner{b: s.b, pos: array.start + 1}
+	for w.skipSpace(); w.b[w.pos] != ']'; w.skipSpace() {
+		items = append(items, w.value(nil))
+		if w.skipSpace(); w.b[w.pos] == ',' {
+			w.pos++
 		}
 	}
-	return 0, false
+	return items
 }
 
 // distinctKeys counts the distinct keys of an object the scanner accepted:
@@ -254,11 +350,41 @@ func textual(k byte) bool { return k == kindString || k == kindObject || k == ki
 
 func raw(b []byte, sp span) []byte { return b[sp.start:sp.end] }
 
-// jsonInvalid is FastAPI's answer to a body that does not decode.
-func jsonInvalid(err *syntaxError) *ValidationError {
+// jsonInvalid is FastAPI's answer to a body that does not decode. Python
+// decodes the bytes to text before it parses: invalid UTF-8 anywhere is the
+// error, wherever the syntax broke, and the position counts characters of
+// the text, which starts after a byte order mark.
+func jsonInvalid(body []byte, err *syntaxError) *ValidationError {
+	text := bytes.TrimPrefix(body, utf8BOM)
+	pos, msg := err.pos-(len(body)-len(text)), err.msg
+	if bad := firstInvalidUTF8(text); bad >= 0 {
+		pos, msg = bad, "Invalid UTF-8"
+	}
+	chars := 0
+	for _, c := range text[:pos] {
+		if c&0xC0 != 0x80 { // not a continuation byte: a character starts
+			chars++
+		}
+	}
 	var e errorList
-	e.add("json_invalid", `["body",`+strconv.Itoa(err.pos)+`]`, "JSON decode error", []byte("{}"), `{"error":`+quote(err.msg)+`}`)
+	e.add("json_invalid", `["body",`+strconv.Itoa(chars)+`]`, "JSON decode error", []byte("{}"), `{"error":`+quote(msg)+`}`)
 	return e.done()
+}
+
+// firstInvalidUTF8 returns the offset of the first byte Python's UTF-8
+// decoder (with surrogatepass) refuses, or -1.
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			if !isEncodedSurrogate(b[i:]) {
+				return i
+			}
+			size = 3
+		}
+		i += size
+	}
+	return -1
 }
 
 // errorList builds the upstream's list of validation errors.
@@ -266,7 +392,8 @@ type errorList struct {
 	b []byte
 	n int
 	// nonFinite: the body holds NaN or Infinity, so an input is checked
-	// before it is echoed, and replaced by null where it is not JSON.
+	// before it is echoed: one that holds them is written as Python
+	// decodes it (echo), or null when they remain in the decoded value.
 	nonFinite bool
 }
 
@@ -286,8 +413,9 @@ func (e *errorList) add(typ, loc, msg string, input []byte, ctx string) {
 	e.b = append(e.b, quote(msg)...)
 	e.b = append(e.b, `,"input":`...)
 	if e.nonFinite && !json.Valid(input) {
-		input = []byte("null")
+		input = echo(input)
 	}
+	input = replaceSurrogates(input)
 	e.b = append(e.b, input...)
 	if ctx != "" {
 		e.b = append(e.b, `,"ctx":`...)
@@ -299,10 +427,9 @@ func (e *errorList) add(typ, loc, msg string, input []byte, ctx string) {
 // addUnion reports a value that is none of string, object and array, one
 // error per member of the union, as pydantic's smart union does.
 func (e *errorList) addUnion(loc string, input []byte) {
-	member := func(name string) string { return loc[:len(loc)-1] + `,` + quote(name) + `]` }
-	e.add("string_type", member("str"), "Input should be a valid string", input, "")
-	e.add("dict_type", member("dict[str,any]"), "Input should be a valid dictionary", input, "")
-	e.add("list_type", member("list[any]"), "Input should be a valid list", input, "")
+	e.add("string_type", within(loc, `"str"`), "Input should be a valid string", input, "")
+	e.add("dict_type", within(loc, `"dict[str,any]"`), "Input should be a valid dictionary", input, "")
+	e.add("list_type", within(loc, `"list[any]"`), "Input should be a valid list", input, "")
 }
 
 func (e *errorList) done() *ValidationError {
@@ -321,6 +448,11 @@ func loc(parts ...string) string {
 
 // quote returns s as a JSON string.
 func quote(s string) string {
-	b, _ := json.Marshal(s)
+	b, _ := json.Marshal(string(replaceSurrogates([]byte(s))))
 	return string(b)
+}
+
+// within returns the JSON location array loc extended by one part, itself JSON.
+func within(loc, part string) string {
+	return loc[:len(loc)-1] + "," + part + "]"
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -216,7 +217,7 @@ func TestParseRequestNotJSON(t *testing.T) {
 }
 
 func TestParseRequestDuplicates(t *testing.T) {
-	req, err := ParseRequest([]byte(`{"state":"a","state":"b","questions":{"x":{"type":"noul","instructions":"i"},"y":{"type":"noul","instructions":"i"},"x":{"type":"score","instructions":"i","criteria":[1,2]}}}`))
+	req, err := ParseRequest([]byte(`{"state":"a","state":"b","questions":{"x":{"type":"noul","instructions":"i"},"y":{"type":"noul","instructions":"i"},"x":{"type":"score","instructions":"i","criteria":["1","2"]}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,4 +310,116 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("negative estimate")
 		}
 	})
+}
+
+// sameJSON reports whether two JSON texts decode to the same value.
+func sameJSON(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	decode := func(b []byte) any {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("not JSON: %v: %s", err, b)
+		}
+		return v
+	}
+	return reflect.DeepEqual(decode(a), decode(b))
+}
+
+// Each case is a disagreement the differential test against the simulator
+// found (simulator/differential_test.go), with the 422 pydantic and Python's
+// json give, as the seed and FastAPI define it.
+func TestParseRequestAsUpstream(t *testing.T) {
+	const tagMsg = "Input tag '%s' found using 'type' does not match any of the expected tags: 'noul', 'choice', 'score'"
+	tagError := func(tag, input string) string {
+		return fmt.Sprintf(`{"detail":[{"type":"union_tag_invalid","loc":["body","questions","q"],"msg":%q,"input":%s,"ctx":{"discriminator":"'type'","tag":%q,"expected_tags":"'noul', 'choice', 'score'"}}]}`,
+			fmt.Sprintf(tagMsg, tag), input, tag)
+	}
+	union := func(loc, input string) string {
+		return fmt.Sprintf(`{"type":"string_type","loc":[%[1]s,"str"],"msg":"Input should be a valid string","input":%[2]s},`+
+			`{"type":"dict_type","loc":[%[1]s,"dict[str,any]"],"msg":"Input should be a valid dictionary","input":%[2]s},`+
+			`{"type":"list_type","loc":[%[1]s,"list[any]"],"msg":"Input should be a valid list","input":%[2]s}`, loc, input)
+	}
+	jsonError := func(pos int, msg string) string {
+		return fmt.Sprintf(`{"detail":[{"type":"json_invalid","loc":["body",%d],"msg":"JSON decode error","input":{},"ctx":{"error":%q}}]}`, pos, msg)
+	}
+	crit := `"body","questions","q"`
+	for _, tc := range []struct{ name, body, want string }{
+		// A tag that is not a string is written as Python's str() of it.
+		{"null tag", q(`{"type":null}`), tagError("None", `{"type":null}`)},
+		{"bool tag", q(`{"type":true}`), tagError("True", `{"type":true}`)},
+		{"int tag", q(`{"type":-0}`), tagError("0", `{"type":-0}`)},
+		{"float tag", q(`{"type":1e3}`), tagError("1000.0", `{"type":1e3}`)},
+		{"big float tag", q(`{"type":1E16}`), tagError("1e+16", `{"type":1E16}`)},
+		{"small float tag", q(`{"type":-2.5e-7}`), tagError("-2.5e-07", `{"type":-2.5e-7}`)},
+		{"overflowing tag", q(`{"type":1e999}`), tagError("inf", `{"type":1e999}`)},
+		{"NaN tag", q(`{"type":NaN}`), tagError("nan", `null`)},
+		{"list tag", q(`{"type":["noul"]}`), tagError("['noul']", `{"type":["noul"]}`)},
+		{"object tag", q(`{"type":{"a":[1,null,true,"it's"],"a":{"b":"\t\u00e9\u00a0"}}}`),
+			tagError(`{'a': {'b': '\té\xa0'}}`, `{"type":{"a":{"b":"\t\u00e9\u00a0"}}}`)},
+		// Choice descriptions and score tiers are text or null.
+		{"choice description a number", q(`{"type":"choice","instructions":"x","criteria":{"a":1,"b":null,"a":2,"c":true}}`),
+			`{"detail":[` + union(crit+`,"choice","criteria","a"`, `2`) + `,` + union(crit+`,"choice","criteria","c"`, `true`) + `]}`},
+		{"repeated description, last null", q(`{"type":"choice","instructions":"x","criteria":{"a":1,"a":null}}`), ``},
+		{"one tier, a number", q(`{"type":"score","instructions":"x","criteria":[5]}`),
+			`{"detail":[` + union(crit+`,"score","criteria",0`, `5`) + `]}`},
+		{"tiers with numbers", q(`{"type":"score","instructions":"x","criteria":["a",5,null,false]}`),
+			`{"detail":[` + union(crit+`,"score","criteria",1`, `5`) + `,` + union(crit+`,"score","criteria",3`, `false`) + `]}`},
+		{"eleven numbers", q(`{"type":"score","instructions":"x","criteria":[1,2,3,4,5,6,7,8,9,10,11]}`),
+			`{"detail":[{"type":"too_long","loc":[` + crit + `,"score","criteria"],"msg":"List should have at most 10 items after validation, not 11","input":[1,2,3,4,5,6,7,8,9,10,11],"ctx":{"field_type":"List","max_length":10,"actual_length":11}}]}`},
+		// Noul criteria: an optional object of optional text.
+		{"noul criteria a number", q(`{"type":"noul","instructions":"x","criteria":5}`),
+			`{"detail":[{"type":"model_attributes_type","loc":[` + crit + `,"noul","criteria"],"msg":"Input should be a valid dictionary or object to extract fields from","input":5}]}`},
+		{"noul criteria true a number", q(`{"type":"noul","instructions":"x","criteria":{"true":1,"other":2,"false":"no"}}`),
+			`{"detail":[` + union(crit+`,"noul","criteria","true"`, `1`) + `]}`},
+		{"noul criteria in field order", q(`{"type":"noul","instructions":"x","criteria":{"false":true,"true":1}}`),
+			`{"detail":[` + union(crit+`,"noul","criteria","true"`, `1`) + `,` + union(crit+`,"noul","criteria","false"`, `true`) + `]}`},
+		{"noul criteria other fields", q(`{"type":"noul","instructions":"x","criteria":{"other":2}}`), ``},
+		// A repeated question id is validated once, with its last value.
+		{"repeated id, last valid", `{"state":"s","questions":{"q":{"type":"bad"},"q":{"type":"noul","instructions":"x"}}}`, ``},
+		{"repeated id, first with 256 options", strings.TrimSuffix(choiceBody(256, false), `}}`) + `,"q":{"type":"noul","instructions":"x"}}}`, ``},
+		{"repeated id, in its first place", `{"state":"s","questions":{"q":5,"r":{"type":"noul"},"q":{"type":"x"}}}`,
+			`{"detail":[{"type":"union_tag_invalid","loc":["body","questions","q"],"msg":"` + fmt.Sprintf(tagMsg, "x") + `","input":{"type":"x"},"ctx":{"discriminator":"'type'","tag":"x","expected_tags":"'noul', 'choice', 'score'"}},` +
+				`{"type":"missing","loc":["body","questions","r","noul","instructions"],"msg":"Field required","input":{"type":"noul"}}]}`},
+		// Python decodes the bytes first, then counts characters.
+		{"position after CJK", `{"state":"中文", x}`, jsonError(15, "Expecting property name enclosed in double quotes")},
+		{"position after an emoji", `{"state":"😀", x}`, jsonError(14, "Expecting property name enclosed in double quotes")},
+		{"position after a BOM", "\xEF\xBB\xBF{x", jsonError(1, "Expecting property name enclosed in double quotes")},
+		{"second BOM", "\xEF\xBB\xBF\xEF\xBB\xBF{}", jsonError(0, "Expecting value")},
+		{"invalid UTF-8 after a syntax error", "{\"state\" 1, \"x\":\"\xff\"}", jsonError(17, "Invalid UTF-8")},
+		{"invalid UTF-8 outside strings", "\xff\xfe{}", jsonError(0, "Invalid UTF-8")},
+		{"bad \\u escape", `{"state":"\u12G4"}`, jsonError(11, "Invalid \\uXXXX escape")},
+		{"short \\u escape at the end", `{"state":"\u1234`, jsonError(11, "Invalid \\uXXXX escape")},
+		{"bad second half of a pair", `{"state":"\ud800\u12G4x"}`, jsonError(17, "Invalid \\uXXXX escape")},
+		// An encoded surrogate is one character, written back as U+FFFD.
+		{"encoded surrogate in an id", "{\"state\":\"s\",\"questions\":{\"\xED\xA0\x80\":{\"type\":\"x\"}}}",
+			`{"detail":[{"type":"union_tag_invalid","loc":["body","questions","\ufffd"],"msg":"` + fmt.Sprintf(tagMsg, "x") + `","input":{"type":"x"},"ctx":{"discriminator":"'type'","tag":"x","expected_tags":"'noul', 'choice', 'score'"}}]}`},
+		// NaN and Infinity are echoed only where Python's decoded value
+		// still holds them, and then as null.
+		{"NaN under a repeated key", `{"x":NaN,"x":[0, 1e3]}`,
+			`{"detail":[{"type":"missing","loc":["body","state"],"msg":"Field required","input":{"x":[0,1e3]}},{"type":"missing","loc":["body","questions"],"msg":"Field required","input":{"x":[0,1e3]}}]}`},
+		{"NaN kept", `{"x":[NaN],"y":1}`,
+			`{"detail":[{"type":"missing","loc":["body","state"],"msg":"Field required","input":null},{"type":"missing","loc":["body","questions"],"msg":"Field required","input":null}]}`},
+		{"encoded surrogate in an input", "{\"state\":[\"\xED\xA0\x80\"]}",
+			`{"detail":[{"type":"missing","loc":["body","questions"],"msg":"Field required","input":{"state":["\ufffd"]}}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseRequest([]byte(tc.body))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %s", err.(*ValidationError).Body())
+			case tc.want == "":
+			case err == nil:
+				t.Fatalf("accepted, want %s", tc.want)
+			case !sameJSON(t, err.(*ValidationError).Body(), []byte(tc.want)):
+				t.Errorf("422 body\n %s\nwant\n %s", err.(*ValidationError).Body(), tc.want)
+			}
+		})
+	}
+}
+
+// q wraps one question into a request body.
+func q(question string) string {
+	return `{"state":"s","questions":{"q":` + question + `}}`
 }

@@ -38,6 +38,9 @@ type span struct {
 	cjkRunes   int64
 	cjkBytes   int64
 	escaped    bool // a string with backslash escapes
+	// odd: an object or array with a direct member that is a number or a
+	// boolean, which no text field (string, object, array or null) holds.
+	odd bool
 }
 
 // scanner is a strict single-pass JSON scanner over a byte slice: it checks
@@ -91,10 +94,10 @@ func (s *scanner) value(visit func(key span) bool) span {
 	switch c := s.b[s.pos]; {
 	case c == '{':
 		sp.kind = kindObject
-		sp.members = s.object(visit)
+		sp.members, sp.odd = s.object(visit)
 	case c == '[':
 		sp.kind = kindArray
-		sp.members = s.array()
+		sp.members, sp.odd = s.array()
 	case c == '"':
 		sp.kind = kindString
 		sp.escaped = s.str()
@@ -219,8 +222,10 @@ func (s *scanner) str() (escaped bool) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
-					s.fail(i, "Invalid \\uXXXX escape")
+				// Python wants a character after the four digits (the
+				// closing quote at least) and reports the 'u'.
+				if i+6 >= len(b) || !isHex4(b[i+2:i+6]) {
+					s.fail(i+1, "Invalid \\uXXXX escape")
 					s.pos = len(b)
 					return escaped
 				}
@@ -322,25 +327,26 @@ func (s *scanner) enter() bool {
 	return true
 }
 
-// object scans an object and returns its member count. visit, when non-nil,
-// gets each key and must scan the member's value; otherwise values are skipped.
-func (s *scanner) object(visit func(key span) bool) int {
+// object scans an object and returns its member count, and whether a
+// member's value is a number or a boolean. visit, when non-nil, gets each
+// key and must scan the member's value (which odd then does not see);
+// otherwise values are skipped.
+func (s *scanner) object(visit func(key span) bool) (n int, odd bool) {
 	if !s.enter() {
-		return 0
+		return 0, false
 	}
 	defer func() { s.depth-- }()
 	s.pos++ // '{'
 	s.skipSpace()
 	if s.pos < len(s.b) && s.b[s.pos] == '}' {
 		s.pos++
-		return 0
+		return 0, false
 	}
-	n := 0
 	for s.err == nil {
 		s.skipSpace()
 		if s.pos >= len(s.b) || s.b[s.pos] != '"' {
 			s.fail(s.pos, "Expecting property name enclosed in double quotes")
-			return n
+			return n, odd
 		}
 		key := span{kind: kindString, start: s.pos}
 		key.escaped = s.str()
@@ -348,71 +354,74 @@ func (s *scanner) object(visit func(key span) bool) int {
 		s.skipSpace()
 		if s.pos >= len(s.b) || s.b[s.pos] != ':' {
 			s.fail(s.pos, "Expecting ':' delimiter")
-			return n
+			return n, odd
 		}
 		s.pos++
 		if visit == nil || !visit(key) {
-			s.value(nil)
+			odd = s.value(nil).scalar() || odd
 		}
 		n++
 		if s.err != nil {
-			return n
+			return n, odd
 		}
 		s.skipSpace()
 		if s.pos >= len(s.b) {
 			s.fail(s.pos, "Expecting ',' delimiter")
-			return n
+			return n, odd
 		}
 		switch s.b[s.pos] {
 		case ',':
 			s.pos++
 		case '}':
 			s.pos++
-			return n
+			return n, odd
 		default:
 			s.fail(s.pos, "Expecting ',' delimiter")
-			return n
+			return n, odd
 		}
 	}
-	return n
+	return n, odd
 }
 
-// array scans an array and returns its item count.
-func (s *scanner) array() int {
+// scalar reports a number or a boolean.
+func (sp span) scalar() bool { return sp.kind == kindNumber || sp.kind == kindBool }
+
+// array scans an array and returns its item count, and whether an item is
+// a number or a boolean.
+func (s *scanner) array() (n int, odd bool) {
 	if !s.enter() {
-		return 0
+		return 0, false
 	}
 	defer func() { s.depth-- }()
 	s.pos++ // '['
 	s.skipSpace()
 	if s.pos < len(s.b) && s.b[s.pos] == ']' {
 		s.pos++
-		return 0
+		return 0, false
 	}
-	n := 0
 	for s.err == nil {
-		s.value(nil)
+		odd = s.value(nil).scalar() || odd
 		n++
 		if s.err != nil {
-			return n
+			return n, odd
 		}
 		s.skipSpace()
 		if s.pos >= len(s.b) {
 			s.fail(s.pos, "Expecting ',' delimiter")
-			return n
+			return n, odd
 		}
 		switch s.b[s.pos] {
 		case ',':
 			s.pos++
 		case ']':
 			s.pos++
-			return n
+			return n, odd
 		default:
 			s.fail(s.pos, "Expecting ',' delimiter")
-			return n
+			return n, odd
 		}
 	}
-	return n
+	return n, odd
 }
 
 // text returns the string value of a string span: a sub-slice of the body

@@ -10,8 +10,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-
-	"github.com/systemone/systemone-gateway/evaluation"
 )
 
 // evalRequest is what answering needs of an evaluation request, in the
@@ -41,9 +39,9 @@ func lookup(ms []member, key string) json.RawMessage {
 	return nil
 }
 
-// parseEvaluation reads a body that evaluation.ParseRequest accepted. An error
+// parseEvaluation reads a body that validateRequest accepted. An error
 // is a request the simulator cannot answer (a choice without options), or a
-// disagreement with the parser on what a valid request is.
+// disagreement with the validator on what a valid request is.
 func parseEvaluation(body []byte) (*evalRequest, error) {
 	top, err := members(standardJSON(body))
 	if err != nil {
@@ -71,8 +69,8 @@ func parseEvaluation(body []byte) (*evalRequest, error) {
 			return nil, fmt.Errorf("question %q: type is not a string", m.key)
 		}
 		switch q.typ {
-		case evaluation.TypeNoul:
-		case evaluation.TypeChoice:
+		case typeNoul:
+		case typeChoice:
 			options, err := members(q.criteria)
 			if err != nil || len(options) == 0 {
 				return nil, fmt.Errorf("question %q: choice criteria holds no options", m.key)
@@ -80,7 +78,7 @@ func parseEvaluation(body []byte) (*evalRequest, error) {
 			for _, o := range options {
 				q.options = append(q.options, o.key)
 			}
-		case evaluation.TypeScore:
+		case typeScore:
 			if err := json.Unmarshal(q.criteria, &q.tiers); err != nil || len(q.tiers) == 0 {
 				return nil, fmt.Errorf("question %q: score criteria holds no tiers", m.key)
 			}
@@ -94,8 +92,8 @@ func parseEvaluation(body []byte) (*evalRequest, error) {
 
 var (
 	utf8BOM = []byte{0xEF, 0xBB, 0xBF}
-	// nonFinite lists -Infinity before Infinity, so the longer one matches.
-	nonFinite = [][]byte{[]byte("-Infinity"), []byte("Infinity"), []byte("NaN")}
+	// nonFiniteWords lists -Infinity before Infinity, so the longer one matches.
+	nonFiniteWords = [][]byte{[]byte("-Infinity"), []byte("Infinity"), []byte("NaN")}
 )
 
 // standardJSON turns a body that Python's json reads, as the service does,
@@ -119,7 +117,7 @@ next:
 		case c == '"':
 			inString = !inString
 		case !inString:
-			for _, lit := range nonFinite {
+			for _, lit := range nonFiniteWords {
 				if bytes.HasPrefix(body[i:], lit) {
 					out = append(append(append(out, '"'), lit...), '"')
 					i += len(lit) - 1
@@ -141,11 +139,11 @@ func (e *evalRequest) answers(version string, confidences map[string]json.Number
 		rng := seeds.rand(q)
 		target, targeted := confidences[q.id]
 		switch q.typ {
-		case evaluation.TypeNoul:
+		case typeNoul:
 			out.raw(q.id, noulAnswer(rng, target, targeted))
-		case evaluation.TypeChoice:
+		case typeChoice:
 			out.raw(q.id, choiceAnswer(rng, q.options, target, targeted))
-		case evaluation.TypeScore:
+		case typeScore:
 			out.raw(q.id, scoreAnswer(rng, q.tiers, target, targeted))
 		}
 	}
@@ -196,7 +194,7 @@ func clampTarget(target json.Number) (float64, bool) {
 
 func noulAnswer(rng *rand.Rand, target json.Number, targeted bool) []byte {
 	var out object
-	out.str("type", evaluation.TypeNoul)
+	out.str("type", typeNoul)
 	switch c, inside := clampTarget(target); {
 	case !targeted:
 		out.raw("noul", []byte(formatHundredths(naturalNoul(rng))))
@@ -227,7 +225,7 @@ func choiceAnswer(rng *rand.Rand, options []string, target json.Number, targeted
 	}
 
 	var out object
-	out.str("type", evaluation.TypeChoice)
+	out.str("type", typeChoice)
 	out.str("choice", options[argmax(dist)])
 	out.raw("probabilities", probs.bytes())
 	out.raw("confidence", []byte(confidence))
@@ -254,7 +252,7 @@ func scoreAnswer(rng *rand.Rand, tiers []json.RawMessage, target json.Number, ta
 	}
 
 	var out object
-	out.str("type", evaluation.TypeScore)
+	out.str("type", typeScore)
 	out.raw("score", []byte(formatHundredths(scoreOf(dist))))
 	out.raw("legend", legend.bytes())
 	out.raw("probabilities", probs.bytes())

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/systemone/systemone-gateway/evaluation"
 )
 
 const (
@@ -121,14 +119,9 @@ func (h *Handler) serveEvaluate(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, r, http.StatusBadRequest, "There was an error parsing the body")
 		return
 	}
-	req, err := evaluation.ParseRequest(body)
-	if err != nil {
-		var invalid *evaluation.ValidationError
-		if errors.As(err, &invalid) {
-			writeJSON(w, r, http.StatusUnprocessableEntity, invalid.Body())
-			return
-		}
-		writeDetail(w, r, http.StatusInternalServerError, "simulator: evaluation.ParseRequest failed without a validation error")
+	req, invalid := validateRequest(body)
+	if invalid != nil {
+		writeJSON(w, r, http.StatusUnprocessableEntity, invalid)
 		return
 	}
 
@@ -136,14 +129,14 @@ func (h *Handler) serveEvaluate(w http.ResponseWriter, r *http.Request) {
 	if ctl.version != "" {
 		version = ctl.version
 	}
-	model, ok := resolveModel(req.Model, version)
+	model, ok := resolveModel(req.model, version)
 	if !ok {
 		writeDetail(w, r, http.StatusNotFound, "model_not_found")
 		return
 	}
 
-	// ParseRequest accepted the body; answering needs more of it (option
-	// keys, tiers) in the caller's order.
+	// The body is valid; answering needs more of it (option keys, tiers)
+	// in the caller's order.
 	eval, err := parseEvaluation(body)
 	if err != nil {
 		writeDetail(w, r, http.StatusInternalServerError, "simulator: "+err.Error())

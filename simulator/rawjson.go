@@ -8,7 +8,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/rawjson"
 )
 
-// The functions in this file walk JSON that evaluation.ParseRequest accepted
+// The functions in this file walk JSON that validateRequest accepted
 // (and standardJSON rewrote), in one pass and without decoding what they
 // skip: encoding/json's Decoder reads a 256 KiB state one byte at a time
 // through its state machine, which made the simulator, not the gateway, the

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/systemone/systemone-gateway/bench/payload"
-	"github.com/systemone/systemone-gateway/evaluation"
 )
 
 // referenceMembers and referenceCountTokens read JSON with encoding/json's
@@ -104,7 +103,7 @@ func FuzzRawJSON(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if _, err := evaluation.ParseRequest(body); err != nil {
+		if _, invalid := validateRequest(body); invalid != nil {
 			return
 		}
 		compareWalk(t, standardJSON(body), 0)

@@ -17,8 +17,12 @@
 //
 //  1. authentication (401), then the test-control headers below (400 when one
 //     is malformed, or the status X-Simulator-Status asks for);
-//  2. the body, at most 16 MiB (413 {"detail":"request_too_large"}), checked by
-//     evaluation.ParseRequest (422 with the parser's body);
+//  2. the body, at most 16 MiB (413 {"detail":"request_too_large"}), decoded
+//     as Python's json module does and validated as the seed's pydantic
+//     models would be (422 with FastAPI's list of errors, or the seed's
+//     "Too many choices" string): decode.go and validate.go, written apart
+//     from the gateway's parser so that tests compare two readings of the
+//     seed;
 //  3. the model: omitted, "service-latest" and "service-preview" resolve to
 //     the configured version, a version identifier service-<n>.<n>.<n> is
 //     accepted as itself, anything else is 404 {"detail":"model_not_found"};
@@ -31,7 +35,7 @@
 //  6. overload (529 {"detail":"overloaded"});
 //  7. latency, then the answer.
 //
-// A choice question without options, which the parser lets through, gets 500:
+// A choice question without options, which the seed lets through, gets 500:
 // there is nothing to choose.
 //
 // Answers are deterministic: the same body and version give the same answer,

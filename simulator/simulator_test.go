@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -348,7 +347,6 @@ func TestModelResolution(t *testing.T) {
 		want    string // "" for 404
 	}{
 		{"omitted", "", ``, "", DefaultVersion},
-		{"null", "", `"model": null,`, "", DefaultVersion},
 		{"latest", "", `"model": "service-latest",`, "", DefaultVersion},
 		{"preview", "", `"model": "service-preview",`, "", DefaultVersion},
 		{"configured version", "service-1.1.0", `"model": "service-latest",`, "", "service-1.1.0"},
@@ -377,6 +375,17 @@ func TestModelResolution(t *testing.T) {
 				t.Errorf("model %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// The seed types `model` as a string, with a default when it is omitted:
+// null is a validation error, not the default.
+func TestNullModel(t *testing.T) {
+	h := newHandler(t, Handler{})
+	rec := evaluate(h, `{"state": "s", "model": null, "questions": {"q": {"type": "noul", "instructions": "yes?"}}}`)
+	want := `{"detail":[{"type":"string_type","loc":["body","model"],"msg":"Input should be a valid string","input":null}]}`
+	if rec.Code != http.StatusUnprocessableEntity || rec.Body.String() != want {
+		t.Errorf("status %d body %s, want 422 %s", rec.Code, rec.Body, want)
 	}
 }
 
@@ -533,15 +542,18 @@ func TestTooLarge(t *testing.T) {
 
 func TestValidationError(t *testing.T) {
 	h := newHandler(t, Handler{})
-	for _, body := range []string{`not json`, `{"state": `, ``} {
-		_, err := evaluation.ParseRequest([]byte(body))
-		var invalid *evaluation.ValidationError
-		if !errors.As(err, &invalid) {
-			t.Fatalf("ParseRequest(%q) = %v: the test needs a validation error", body, err)
-		}
-		rec := evaluate(h, body)
-		if rec.Code != http.StatusUnprocessableEntity || rec.Body.String() != string(invalid.Body()) {
-			t.Errorf("%q: status %d body %s, want 422 with the parser's body %s", body, rec.Code, rec.Body, invalid.Body())
+	for _, tc := range []struct{ body, want string }{
+		{`not json`, `{"detail":[{"type":"json_invalid","loc":["body",0],"msg":"JSON decode error","input":{},"ctx":{"error":"Expecting value"}}]}`},
+		{`{"state": `, `{"detail":[{"type":"json_invalid","loc":["body",10],"msg":"JSON decode error","input":{},"ctx":{"error":"Expecting value"}}]}`},
+		{``, `{"detail":[{"type":"json_invalid","loc":["body",0],"msg":"JSON decode error","input":{},"ctx":{"error":"Expecting value"}}]}`},
+		{`{"state": "s"}`, `{"detail":[{"type":"missing","loc":["body","questions"],"msg":"Field required","input":{"state":"s"}}]}`},
+		{`{"state": "s", "questions": {"q": {"type": "score", "instructions": "x", "criteria": ["a"]}}}`,
+			`{"detail":[{"type":"too_short","loc":["body","questions","q","score","criteria"],"msg":"List should have at least 2 items after validation, not 1","input":["a"],"ctx":{"field_type":"List","min_length":2,"actual_length":1}}]}`},
+		{choiceBody(256, false), `{"detail":"Too many choices. Must have at most 255 choices."}`},
+	} {
+		rec := evaluate(h, tc.body)
+		if rec.Code != http.StatusUnprocessableEntity || rec.Body.String() != tc.want {
+			t.Errorf("%.80q: status %d body %s, want 422 %s", tc.body, rec.Code, rec.Body, tc.want)
 		}
 	}
 }
@@ -1011,14 +1023,14 @@ func TestLatencyClientGone(t *testing.T) {
 	})
 }
 
-// TestOddBodies feeds bodies at the edges of what the parser accepts: a body
-// it refuses gets its 422, a body it accepts gets an answer obeying the rules,
-// and nothing panics.
+// TestOddBodies feeds bodies at the edges of what the validator accepts: a
+// body it refuses gets its 422, a body it accepts gets an answer obeying the
+// rules, and nothing panics.
 func TestOddBodies(t *testing.T) {
 	h := newHandler(t, Handler{})
 	for _, tc := range []struct {
 		body     string
-		accepted int // the status when ParseRequest accepts the body
+		accepted int // the status when validateRequest accepts the body
 	}{
 		{`{}`, 200},
 		{`[]`, 200},
@@ -1041,15 +1053,12 @@ func TestOddBodies(t *testing.T) {
 		{"\xff\xfe", 200},
 	} {
 		rec := evaluate(h, tc.body)
-		_, err := evaluation.ParseRequest([]byte(tc.body))
-		var invalid *evaluation.ValidationError
+		_, invalid := validateRequest([]byte(tc.body))
 		switch {
-		case errors.As(err, &invalid):
-			if rec.Code != http.StatusUnprocessableEntity || rec.Body.String() != string(invalid.Body()) {
-				t.Errorf("%s: status %d body %s, want the parser's 422", tc.body, rec.Code, rec.Body)
+		case invalid != nil:
+			if rec.Code != http.StatusUnprocessableEntity || rec.Body.String() != string(invalid) {
+				t.Errorf("%s: status %d body %s, want the validator's 422", tc.body, rec.Code, rec.Body)
 			}
-		case err != nil:
-			t.Errorf("%s: ParseRequest failed without a validation error: %v", tc.body, err)
 		case rec.Code != tc.accepted:
 			t.Errorf("%s: status %d, want %d: %s", tc.body, rec.Code, tc.accepted, rec.Body)
 		case rec.Code == http.StatusOK:
