@@ -361,22 +361,7 @@ func (s *scanner) object(visit func(key span) bool) (n int, odd bool) {
 			odd = s.value(nil).scalar() || odd
 		}
 		n++
-		if s.err != nil {
-			return n, odd
-		}
-		s.skipSpace()
-		if s.pos >= len(s.b) {
-			s.fail(s.pos, "Expecting ',' delimiter")
-			return n, odd
-		}
-		switch s.b[s.pos] {
-		case ',':
-			s.pos++
-		case '}':
-			s.pos++
-			return n, odd
-		default:
-			s.fail(s.pos, "Expecting ',' delimiter")
+		if !s.next('}') {
 			return n, odd
 		}
 	}
@@ -402,26 +387,33 @@ func (s *scanner) array() (n int, odd bool) {
 	for s.err == nil {
 		odd = s.value(nil).scalar() || odd
 		n++
-		if s.err != nil {
-			return n, odd
-		}
-		s.skipSpace()
-		if s.pos >= len(s.b) {
-			s.fail(s.pos, "Expecting ',' delimiter")
-			return n, odd
-		}
-		switch s.b[s.pos] {
-		case ',':
-			s.pos++
-		case ']':
-			s.pos++
-			return n, odd
-		default:
-			s.fail(s.pos, "Expecting ',' delimiter")
+		if !s.next(']') {
 			return n, odd
 		}
 	}
 	return n, odd
+}
+
+// next reads what follows a member or an item: a comma (true: another one
+// comes) or the closing bracket (false: the container ended). Anything
+// else, or the end of the body, fails as Python's decoder does. It returns
+// false at once after an earlier error.
+func (s *scanner) next(closing byte) bool {
+	if s.err != nil {
+		return false
+	}
+	s.skipSpace()
+	switch {
+	case s.pos >= len(s.b):
+	case s.b[s.pos] == ',':
+		s.pos++
+		return true
+	case s.b[s.pos] == closing:
+		s.pos++
+		return false
+	}
+	s.fail(s.pos, "Expecting ',' delimiter")
+	return false
 }
 
 // text returns the string value of a string span: a sub-slice of the body

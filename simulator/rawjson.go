@@ -28,35 +28,14 @@ type member struct {
 // members returns a JSON object's members in order. A repeated key keeps its
 // first position and its last value, as Python's json does.
 func members(raw json.RawMessage) ([]member, error) {
-	i := rawjson.SkipSpace(raw, 0)
-	if rawjson.At(raw, i) != '{' {
-		return nil, errNotObject
-	}
 	var ms []member
 	var index map[string]int
-	i = rawjson.SkipSpace(raw, i+1)
-	if rawjson.At(raw, i) == '}' {
-		return ms, nil
-	}
-	for {
-		if rawjson.At(raw, i) != '"' {
-			return nil, errNotObject
+	var err error
+	ok := rawjson.Members(raw, 0, func(rawKey, value []byte) bool {
+		var key string
+		if key, err = decodeString(rawKey); err != nil {
+			return false
 		}
-		end := rawjson.StringEnd(raw, i)
-		key, err := decodeString(raw[i:end])
-		if err != nil {
-			return nil, err
-		}
-		i = rawjson.SkipSpace(raw, end)
-		if rawjson.At(raw, i) != ':' {
-			return nil, errNotObject
-		}
-		start := rawjson.SkipSpace(raw, i+1)
-		end = rawjson.ValueEnd(raw, start)
-		if end <= start {
-			return nil, errNotObject
-		}
-		value := json.RawMessage(raw[start:end])
 		if index == nil && len(ms) >= 8 {
 			index = make(map[string]int)
 			for j, m := range ms {
@@ -71,16 +50,15 @@ func members(raw json.RawMessage) ([]member, error) {
 			}
 			ms = append(ms, member{key, value})
 		}
-		i = rawjson.SkipSpace(raw, end)
-		switch rawjson.At(raw, i) {
-		case ',':
-			i = rawjson.SkipSpace(raw, i+1)
-		case '}':
-			return ms, nil
-		default:
-			return nil, errNotObject
-		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return nil, errNotObject
 	}
+	return ms, nil
 }
 
 func find(ms []member, index map[string]int, key string) (int, bool) {

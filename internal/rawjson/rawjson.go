@@ -177,3 +177,47 @@ func At(b []byte, i int) byte {
 	}
 	return 0
 }
+
+// Members calls fn with the raw key (quotes included) and the raw value of
+// each member of the JSON object that starts at b[i] (after space), in
+// order, until fn returns false. It reports whether b holds an object
+// there that it could walk to its end (or to where fn stopped): false for
+// anything else, with fn called for the members before the fault.
+func Members(b []byte, i int, fn func(key, value []byte) bool) bool {
+	i = SkipSpace(b, i)
+	if At(b, i) != '{' {
+		return false
+	}
+	i = SkipSpace(b, i+1)
+	if At(b, i) == '}' {
+		return true
+	}
+	for {
+		if At(b, i) != '"' {
+			return false
+		}
+		keyEnd := StringEnd(b, i)
+		key := b[i:keyEnd]
+		i = SkipSpace(b, keyEnd)
+		if At(b, i) != ':' {
+			return false
+		}
+		start := SkipSpace(b, i+1)
+		end := ValueEnd(b, start)
+		if end <= start {
+			return false
+		}
+		if !fn(key, b[start:end]) {
+			return true
+		}
+		i = SkipSpace(b, end)
+		switch At(b, i) {
+		case ',':
+			i = SkipSpace(b, i+1)
+		case '}':
+			return true
+		default:
+			return false
+		}
+	}
+}

@@ -2,6 +2,7 @@ package rawjson
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +39,34 @@ func TestEnds(t *testing.T) {
 	}
 	if At(b, len(b)) != 0 || ValueEnd(b, len(b)) != len(b) || !Plain([]byte("abc")) || Plain([]byte(`a\n`)) {
 		t.Error("bounds or Plain")
+	}
+}
+
+func TestMembers(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string // key=value, raw
+		ok   bool
+	}{
+		{` {"a": 1, "b" : [2, {"c":3}], "a":"x"} `, []string{`"a"=1`, `"b"=[2, {"c":3}]`, `"a"="x"`}, true},
+		{`{}`, nil, true},
+		{`[1]`, nil, false},
+		{`{"a":1,}`, []string{`"a"=1`}, false},
+		{`{"a" 1}`, nil, false},
+		{`{"a":}`, nil, false},
+		{`{"a":1 "b":2}`, []string{`"a"=1`}, false},
+	} {
+		var got []string
+		ok := Members([]byte(tc.in), 0, func(k, v []byte) bool {
+			got = append(got, string(k)+"="+string(v))
+			return true
+		})
+		if ok != tc.ok || strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("Members(%q) = %v %q, want %v %q", tc.in, ok, got, tc.ok, tc.want)
+		}
+	}
+	var n int
+	if !Members([]byte(`{"a":1,"b":2,"c":3}`), 0, func(_, _ []byte) bool { n++; return n < 2 }) || n != 2 {
+		t.Errorf("stopping early: %d calls", n)
 	}
 }

@@ -131,23 +131,30 @@ func options(urls []string) (*redis.Options, *redis.ClusterOptions, error) {
 		return o, nil, nil
 	}
 	first := parsed[0]
-	// Query settings of the first URL apply to every node.
+	// Query settings of the first URL, tuned, apply to every node (node
+	// clients inherit them). See ForKey for commands that must not be
+	// redirected or retried by the cluster client.
+	tune(first)
 	c := &redis.ClusterOptions{
-		Username:        first.Username,
-		Password:        first.Password,
-		TLSConfig:       first.TLSConfig,
-		ClientName:      first.ClientName,
-		Protocol:        first.Protocol,
-		DialTimeout:     first.DialTimeout,
-		ReadTimeout:     first.ReadTimeout,
-		WriteTimeout:    first.WriteTimeout,
-		PoolSize:        first.PoolSize,
-		PoolTimeout:     first.PoolTimeout,
-		MinIdleConns:    first.MinIdleConns,
-		MaxIdleConns:    first.MaxIdleConns,
-		MaxActiveConns:  first.MaxActiveConns,
-		ConnMaxIdleTime: first.ConnMaxIdleTime,
-		ConnMaxLifetime: first.ConnMaxLifetime,
+		MaxRetries:               first.MaxRetries,
+		ContextTimeoutEnabled:    first.ContextTimeoutEnabled,
+		DialerRetries:            first.DialerRetries,
+		MaintNotificationsConfig: first.MaintNotificationsConfig,
+		Username:                 first.Username,
+		Password:                 first.Password,
+		TLSConfig:                first.TLSConfig,
+		ClientName:               first.ClientName,
+		Protocol:                 first.Protocol,
+		DialTimeout:              first.DialTimeout,
+		ReadTimeout:              first.ReadTimeout,
+		WriteTimeout:             first.WriteTimeout,
+		PoolSize:                 first.PoolSize,
+		PoolTimeout:              first.PoolTimeout,
+		MinIdleConns:             first.MinIdleConns,
+		MaxIdleConns:             first.MaxIdleConns,
+		MaxActiveConns:           first.MaxActiveConns,
+		ConnMaxIdleTime:          first.ConnMaxIdleTime,
+		ConnMaxLifetime:          first.ConnMaxLifetime,
 	}
 	for i, o := range parsed {
 		if o.DB != 0 {
@@ -158,7 +165,6 @@ func options(urls []string) (*redis.Options, *redis.ClusterOptions, error) {
 		}
 		c.Addrs = append(c.Addrs, o.Addr)
 	}
-	tuneCluster(c)
 	return nil, c, nil
 }
 
@@ -209,27 +215,6 @@ func tune(o *redis.Options) {
 	// Maintenance notifications are a Redis Enterprise feature; on open-source
 	// Redis the handshake only adds a round trip to every new connection.
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-}
-
-func tuneCluster(c *redis.ClusterOptions) {
-	// Node clients inherit these; see ForKey for commands that must not be
-	// redirected or retried by the cluster client.
-	c.MaxRetries = -1
-	c.ContextTimeoutEnabled = true
-	c.DialerRetries = 1
-	if c.DialTimeout == 0 {
-		c.DialTimeout = dialTimeout
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = ioTimeout
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = ioTimeout
-	}
-	if c.PoolTimeout == 0 {
-		c.PoolTimeout = poolTimeout
-	}
-	c.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // ForKey returns the client that serves key: c itself for a single server,

@@ -173,30 +173,18 @@ func stringIs(s []byte, text string) bool {
 // json keeps the last, and a walk that kept the first would check other
 // text than the model reads: such an object is checked as JSON, whole).
 func messagesField(b []byte) (messages, rest []byte, ok bool) {
-	var others [][]byte                                          // the other members, raw
-	for i := rawjson.SkipSpace(b, 1); rawjson.At(b, i) == '"'; { // past '{'
-		start := i
-		keyEnd := rawjson.StringEnd(b, i)
-		i = rawjson.SkipSpace(b, keyEnd)
-		if rawjson.At(b, i) != ':' {
-			return nil, nil, false
+	var others [][]byte // the other members, raw
+	twice := false
+	rawjson.Members(b, 0, func(key, value []byte) bool {
+		if !stringIs(key, "messages") {
+			others = append(others, b[offset(b, key):offset(b, value)+len(value)])
+			return true
 		}
-		valueStart := rawjson.SkipSpace(b, i+1)
-		valueEnd := rawjson.ValueEnd(b, valueStart)
-		if stringIs(b[start:keyEnd], "messages") {
-			if messages != nil {
-				return nil, nil, false
-			}
-			messages = b[valueStart:valueEnd]
-		} else {
-			others = append(others, b[start:valueEnd])
-		}
-		i = rawjson.SkipSpace(b, valueEnd)
-		if rawjson.At(b, i) == ',' {
-			i = rawjson.SkipSpace(b, i+1)
-		}
-	}
-	if messages == nil {
+		twice = messages != nil
+		messages = value
+		return !twice
+	})
+	if messages == nil || twice {
 		return nil, nil, false
 	}
 	if len(others) > 0 {
@@ -205,6 +193,10 @@ func messagesField(b []byte) (messages, rest []byte, ok bool) {
 	}
 	return messages, rest, true
 }
+
+// offset is where sub, a sub-slice of b, starts in b: the raw member runs
+// from its key to the end of its value, space between them kept.
+func offset(b, sub []byte) int { return cap(b) - cap(sub) }
 
 // compact returns b without insignificant space and with its strings
 // unescaped (only what JSON requires is escaped); keys keep their order and
