@@ -12,6 +12,10 @@ import (
 
 // This file writes decoded values back out: as JSON, for the inputs a 422
 // echoes, and as Python's repr(), for a tag pydantic quotes in a message.
+// The gateway's evaluation/pystr.go does the same for its own 422s, and the
+// two are alike on purpose, not shared: the simulator is the independent
+// upstream the gateway's answers are compared against, so a mistake in one
+// must not pass in both.
 
 // encodeJSON appends the JSON of a decoded value (or of an int, a loc
 // index) to dst, compact and with object members in their decoded order, as
