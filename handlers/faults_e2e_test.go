@@ -470,6 +470,11 @@ func TestFaultsUpstream(t *testing.T) {
 			if r := c.post(url, "hung", smallBody); contractAnswer(r, "breaker_open") != nil {
 				t.Errorf("after 3 failures: %v, want the breaker open", r)
 			}
+			for _, e := range g.Entries()[1:4] {
+				if e["status"] != float64(f.status) || e["reject"] != "upstream_error" || e["upstream_error"] == "" {
+					t.Errorf("log entry %v, want %d upstream_error with the reason", e, f.status)
+				}
+			}
 			if n := countLog(g.Log(), "circuit breaker opened"); n != 1 {
 				t.Errorf("%d \"circuit breaker opened\" entries, want 1", n)
 			}

@@ -63,6 +63,12 @@ func (h *Handler) record(x *exchange) {
 	if x.forwarded {
 		upstreamMS = millis(x.upstream)
 	}
+	// Why reverse_proxy could not reach the upstream (a dial or read
+	// error: addresses, never content), beside the 502/504 it became.
+	var upstreamError string
+	if x.upstreamErr != nil {
+		upstreamError = x.upstreamErr.Error()
+	}
 	ce.Write(
 		zap.String("org", x.org),
 		zap.String("model_requested", modelRequested),
@@ -83,6 +89,7 @@ func (h *Handler) record(x *exchange) {
 		zap.Float64p("upstream_ms", upstreamMS),
 		zap.Float64p("total_ms", millis(h.now().Sub(x.start))),
 		zap.String("request_id", x.requestID),
+		zap.String("upstream_error", upstreamError),
 	)
 }
 
