@@ -11,13 +11,13 @@ import (
 // yuanPerToken is the upstream's input price: 0.042 yuan per million tokens.
 const yuanPerToken = 0.042 / 1e6
 
-// costYuan is what tokens input tokens cost.
+// costYuan is what a number of input tokens costs.
 func costYuan(tokens int64) float64 { return float64(tokens) * yuanPerToken }
 
 // record counts a finished evaluation request in the metrics, puts it on
-// its trace and writes its one log entry. Every field of the contract is present in every entry
-// (empty or null when it does not apply), so log queries never need to test
-// for a field's existence. It holds no key, no Authorization value and no
+// its trace and writes its one log entry. Every field of the contract is
+// present in every entry (empty or null when it does not apply), so log
+// queries never need to test for a field's existence. It holds no key, no Authorization value and no
 // request text.
 func (h *Handler) record(x *exchange) {
 	breakerState := x.breakerState
