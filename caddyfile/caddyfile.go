@@ -38,7 +38,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		org_header   <header>
 //		org_keys     <file>
 //		unknown_keys own|reject
-//		per_org_metrics
+//		per_org_metrics [<org>...]
 //		redis        <url> [<url>...]
 //		key_prefix   <prefix>
 //		limits {
@@ -110,10 +110,7 @@ func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 		case "unknown_keys":
 			h.UnknownKeys, err = oneOf(d, identity.UnknownKeyPolicies)
 		case "per_org_metrics":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			h.PerOrgMetrics = true
+			h.PerOrgMetrics, h.MetricsOrgs = true, d.RemainingArgs()
 		case "redis":
 			if h.Redis = d.RemainingArgs(); len(h.Redis) == 0 {
 				return d.ArgErr()

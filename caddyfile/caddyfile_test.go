@@ -63,6 +63,15 @@ func TestUnmarshal(t *testing.T) {
 	if err != nil || h.Guardrails.APIKey != "{env.SECRET}" || h.Guardrails.URL != "http://g" {
 		t.Errorf("guardrails %+v %v", h.Guardrails, err)
 	}
+	// per_org_metrics names more orgs, placeholders kept.
+	h, err = parseString(t, "systemone {\n per_org_metrics acme {env.ORG}\n}")
+	if err != nil || !h.PerOrgMetrics || len(h.MetricsOrgs) != 2 || h.MetricsOrgs[0] != "acme" || h.MetricsOrgs[1] != "{env.ORG}" {
+		t.Errorf("per_org_metrics: %+v %v", h, err)
+	}
+	h, err = parseString(t, "systemone {\n per_org_metrics\n}")
+	if err != nil || !h.PerOrgMetrics || h.MetricsOrgs != nil {
+		t.Errorf("bare per_org_metrics: %+v %v", h, err)
+	}
 	// A bare directive turns every policy off.
 	h, err = parseString(t, "systemone")
 	if err != nil || h.Limits != nil || h.Guardrails != nil || h.Breaker != nil || h.Route != nil {
@@ -85,6 +94,7 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n limits {\n org a {\n token_burst 1\n }\n org a {\n token_burst 2\n }\n }\n}": "duplicate org",
 		"systemone {\n limits {\n redis\n }\n}":                                                     "redis moved from the limits block to the systemone block",
 		"systemone {\n redis\n}":                                                                    "wrong argument count",
+		"systemone {\n per_org_metrics\n per_org_metrics a\n}":                                      "duplicate per_org_metrics",
 		"systemone {\n guardrails\n}":                                                               "base URL",
 		"systemone {\n guardrails http://g {\n api_key k\n block high\n review high\n }\n}":         "both block and review",
 		"systemone {\n guardrails http://g {\n api_key k\n block_category nudity\n }\n}":            "not one of",

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/policy/breaker"
@@ -25,8 +26,7 @@ var errTooLarge = errors.New("request body over max_body")
 // admission, guardrails, the upstream, and on the way back the answer's
 // reading, routing and the token settlement. Each step either passes the
 // request on or answers for the upstream.
-func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	x := &exchange{start: h.now()}
+func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange) error {
 	defer func() {
 		// The log record is complete before the handler lets go of the
 		// body, whose buffer may then go to another request.
@@ -80,10 +80,10 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	if h.limiter != nil {
 		var d limits.Decision
 		if refusal == nil {
-			d = h.limiter.Admit(r.Context(), x.org, x.req.EstimatedTokens)
+			d = h.admit(r.Context(), x.org, true, x.req.EstimatedTokens)
 			defer func() { h.limiter.Settle(d, x.billedTokens(d.Charged)) }()
 		} else {
-			d = h.limiter.AdmitRequest(r.Context(), x.org)
+			d = h.admit(r.Context(), x.org, false, 0)
 		}
 		x.limits = &d
 		if a, refused := limitAnswer(d); refused {
@@ -146,14 +146,19 @@ func (h *Handler) inspect(r *http.Request, x *exchange) (*answer, error) {
 func (h *Handler) startCheck(ctx context.Context, x *exchange) {
 	ch := make(chan guardrails.Verdict, 1)
 	x.pending = ch
+	ctx, span := startSpan(ctx, SpanGuardrails)
 	if !h.guardrails.Parallel() {
-		ch <- h.guardrails.Check(ctx, x.req.State)
+		v := h.guardrails.Check(ctx, x.req.State)
+		endGuardrails(span, v)
+		ch <- v
 		return
 	}
 	body, state := x.body.retain(), x.req.State
 	go func() {
 		defer body.release()
-		ch <- h.guardrails.Check(ctx, state)
+		v := h.guardrails.Check(ctx, state)
+		endGuardrails(span, v)
+		ch <- v
 	}()
 }
 
@@ -232,6 +237,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 // readAnswer reads what the gateway needs of the upstream's response and
 // adds its headers, just before the response goes to the client.
 func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
+	ctx, span := startSpan(ctx, SpanReadAnswer)
+	var resp *evaluation.Response
+	defer func() { endReadAnswer(span, x, status, len(raw), resp != nil) }()
 	x.requestID = header.Get("X-Request-Id")
 	// The upstream's headers pass unchanged, except in the namespaces of
 	// the policies that are on, where only the gateway's may appear.
@@ -240,7 +248,6 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 
 	switch status {
 	case http.StatusOK:
-		var resp *evaluation.Response
 		var text []byte
 		if raw != nil {
 			var err error
@@ -314,6 +321,7 @@ func replaceHeader(h, want http.Header) {
 // the policies decided, and what its log entry reports.
 type exchange struct {
 	start     time.Time
+	span      trace.Span // the request's span: Caddy's tracing, or a no-op
 	org       string
 	body      *pooledBody // the request body as received; the handler's reference
 	text      []byte      // the body as inspected (decompressed); valid while body is held
@@ -343,6 +351,15 @@ func (x *exchange) answer(w http.ResponseWriter, a answer) error {
 	x.status, x.reject = a.status, a.reason
 	dropHeaders(w.Header(), allGatewayPrefixes)
 	x.setHeaders(w.Header())
+	a.write(w)
+	return nil
+}
+
+// refuse writes the gateway's own answer to a request other than an
+// evaluation (or one whose path is refused before it is known to be one),
+// recording its reason for the placeholders and the trace.
+func (x *exchange) refuse(w http.ResponseWriter, a answer) error {
+	x.status, x.reject = a.status, a.reason
 	a.write(w)
 	return nil
 }

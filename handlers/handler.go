@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
@@ -64,9 +65,15 @@ type Handler struct {
 	Breaker *breaker.Config `json:"breaker,omitempty"`
 	// Route stamps X-Route from confidence thresholds pinned to versions.
 	Route *route.Config `json:"route,omitempty"`
-	// PerOrgMetrics labels the Prometheus metrics with the org id. Default
-	// off: org ids are unbounded, and so would the metrics' cardinality be.
+	// PerOrgMetrics labels the Prometheus metrics with the org id. Only the
+	// orgs the config names get a label of their own (the org_keys file's,
+	// the limits block's `org`s and MetricsOrgs); every other org is
+	// "other", so that clients cannot grow the number of series. Default
+	// off: the org label is empty.
 	PerOrgMetrics bool `json:"per_org_metrics,omitempty"`
+	// MetricsOrgs names more orgs that get a label of their own with
+	// per_org_metrics, such as orgs an org_header names. Default none.
+	MetricsOrgs []string `json:"metrics_orgs,omitempty"`
 
 	logger     *zap.Logger
 	identity   *identity.Resolver
@@ -75,6 +82,7 @@ type Handler struct {
 	breakers   *breaker.Set
 	router     *route.Router
 	metrics    *metrics
+	namedOrgs  map[string]bool // the orgs with a metrics label of their own
 	// ownedPrefixes are the header namespaces of the policies that are on.
 	ownedPrefixes []string
 	redis         redis.UniversalClient
@@ -141,6 +149,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("route: %v", err)
 		}
 	}
+	h.namedOrgs = h.namedOrgSet(repl)
+	if h.limiter != nil {
+		liveLimiters.Store(h.limiter, struct{}{})
+	}
 	h.ownedPrefixes = []string{prefixGateway}
 	if h.router != nil {
 		h.ownedPrefixes = append(h.ownedPrefixes, prefixRoute)
@@ -184,6 +196,9 @@ func (h *Handler) Validate() error {
 	if h.UnknownKeys == identity.UnknownReject && h.OrgKeys == "" {
 		return fmt.Errorf("unknown_keys reject needs org_keys")
 	}
+	if len(h.MetricsOrgs) > 0 && !h.PerOrgMetrics {
+		return fmt.Errorf("metrics_orgs needs per_org_metrics")
+	}
 	if err := checkKeyPrefix(h.KeyPrefix); err != nil {
 		return err
 	}
@@ -206,6 +221,7 @@ func (h *Handler) Cleanup() error {
 		h.breakers.Close()
 	}
 	if h.limiter != nil {
+		liveLimiters.Delete(h.limiter)
 		_ = h.limiter.Close()
 	}
 	if h.release != nil {
@@ -216,29 +232,29 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP authenticates the request, then inspects evaluation calls in
 // full and lets everything else through with only the org's request bucket.
+// What it decides is in the request's placeholders and trace as it goes.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	x := &exchange{start: h.now(), span: trace.SpanFromContext(r.Context())}
+	providePlaceholders(r, x)
 	if !validPath(r.URL.Path) {
-		answer{status: http.StatusBadRequest, reason: rejectInvalidPath, body: []byte(bodyInvalidPath)}.write(w)
-		return nil
+		defer x.annotate("")
+		return x.refuse(w, answer{status: http.StatusBadRequest, reason: rejectInvalidPath, body: []byte(bodyInvalidPath)})
 	}
 	if isEvaluation(r) {
-		return h.serveEvaluation(w, r, next)
+		return h.serveEvaluation(w, r, next, x)
 	}
+	defer x.annotate("")
 	key, ok := identity.BearerKey(r.Header)
-	if !ok {
-		answer{status: http.StatusUnauthorized, reason: rejectInvalidKey, body: []byte(bodyInvalidKey)}.write(w)
-		return nil
+	if ok {
+		x.org, ok = h.identity.Org(r, key)
 	}
-	org, ok := h.identity.Org(r, key)
 	if !ok {
-		answer{status: http.StatusUnauthorized, reason: rejectInvalidKey, body: []byte(bodyInvalidKey)}.write(w)
-		return nil
+		return x.refuse(w, answer{status: http.StatusUnauthorized, reason: rejectInvalidKey, body: []byte(bodyInvalidKey)})
 	}
 	if h.limiter != nil {
-		d := h.limiter.AdmitRequest(r.Context(), org)
+		d := h.admit(r.Context(), x.org, false, 0)
 		if a, refused := limitAnswer(d); refused {
-			a.write(w)
-			return nil
+			return x.refuse(w, a)
 		}
 	}
 	g := &headerGuard{ResponseWriter: w, owned: h.ownedPrefixes}
@@ -247,8 +263,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil && !g.wrote && errorStatus(err) != statusClientClosed {
 		// The upstream could not be reached: the product's answer, not
 		// Caddy's empty one.
-		upstreamFailure(err).write(w)
-		return nil
+		return x.refuse(w, upstreamFailure(err))
 	}
 	return err
 }

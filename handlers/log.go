@@ -11,21 +11,21 @@ import (
 // yuanPerToken is the upstream's input price: 0.042 yuan per million tokens.
 const yuanPerToken = 0.042 / 1e6
 
-// record counts a finished evaluation request in the metrics and writes
-// its one log entry. Every field of the contract is present in every entry
-// (empty or null when it does not apply), so log queries never need to test
-// for a field's existence. It holds no key, no Authorization value and no
+// costYuan is what a number of input tokens costs.
+func costYuan(tokens int64) float64 { return float64(tokens) * yuanPerToken }
+
+// record counts a finished evaluation request in the metrics, puts it on
+// its trace and writes its one log entry. Every field of the contract is
+// present in every entry (empty or null when it does not apply), so log
+// queries never need to test for a field's existence. It holds no key, no Authorization value and no
 // request text.
 func (h *Handler) record(x *exchange) {
 	breakerState := x.breakerState
 	if breakerState == "" && h.breakers != nil && x.req != nil {
 		breakerState = h.breakers.State(x.req.ModelOrDefault())
 	}
-	orgLabel := ""
-	if h.PerOrgMetrics {
-		orgLabel = x.org
-	}
-	h.metrics.observe(x, orgLabel)
+	h.metrics.observe(x, h.orgLabel(x.org))
+	x.annotate(breakerState)
 
 	ce := h.logger.Check(zapcore.InfoLevel, "systemone request")
 	if ce == nil {
@@ -57,7 +57,7 @@ func (h *Handler) record(x *exchange) {
 	}
 	if x.hasUsage {
 		tokensInput = &x.usage
-		c := float64(x.usage) * yuanPerToken
+		c := costYuan(x.usage)
 		cost = &c
 	}
 	if x.forwarded {

@@ -5,15 +5,18 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/systemone/systemone-gateway/policy/breaker"
+	"github.com/systemone/systemone-gateway/policy/limits"
 )
 
 // metrics are the gateway's Prometheus collectors, registered on Caddy's
 // metrics registry (served by the `metrics` handler and the admin
-// endpoint). Every counter has an `org` label, empty unless per_org_metrics
-// is on: org ids are unbounded, and a label per org can swamp Prometheus.
+// endpoint). The counters of requests, verdicts, rejections, tokens and
+// cost have an `org` label: empty unless per_org_metrics is on, and then
+// bounded (see Handler.orgLabel).
 type metrics struct {
 	requests        *prometheus.CounterVec
 	guardrails      *prometheus.CounterVec
@@ -21,7 +24,21 @@ type metrics struct {
 	breakerState    prometheus.Collector // the breaker package's: it knows which models have a breaker
 	inputTokens     *prometheus.CounterVec
 	cost            *prometheus.CounterVec
+	routes          *prometheus.CounterVec
+	redisUp         prometheus.Collector
 }
+
+// otherLabel stands for every value past a label's bound: orgs that
+// per_org_metrics does not name, models past maxModelLabels.
+const otherLabel = "other"
+
+// maxModelLabels bounds the model label of systemone_routes_total: the
+// first versions the upstream answered with get their own, later ones are
+// "other". maxModelLabelLen bounds one: a longer name is "other" too.
+const (
+	maxModelLabels   = 100
+	maxModelLabelLen = 128
+)
 
 const namespace = "systemone"
 
@@ -51,8 +68,17 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Namespace: namespace, Name: "cost_yuan_total",
 			Help: "Cost of the billed input tokens in yuan (0.042 per million).",
 		}, []string{"org"}),
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "routes_total",
+			Help: "Routed 200 answers by the concrete model version that answered (at most 100, then other), route and reason.",
+		}, []string{"model", "route", "reason"}),
+		redisUp: redisUpCollector{},
 	}
 })
+
+// routeModels bounds the model label of systemone_routes_total for the
+// process, as the counter lives as long as the process.
+var routeModels = newBoundedLabel(maxModelLabels, maxModelLabelLen)
 
 // newMetrics registers the collectors on reg; several handlers in one
 // config share them.
@@ -74,6 +100,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.cost, err = register(reg, m.cost)
+	}
+	if err == nil {
+		m.routes, err = register(reg, m.routes)
+	}
+	if err == nil {
+		m.redisUp, err = register(reg, m.redisUp)
 	}
 	return &m, err
 }
@@ -115,6 +147,117 @@ func (m *metrics) observe(x *exchange, org string) {
 	}
 	if x.hasUsage {
 		m.inputTokens.WithLabelValues(org).Add(float64(x.usage))
-		m.cost.WithLabelValues(org).Add(float64(x.usage) * yuanPerToken)
+		m.cost.WithLabelValues(org).Add(costYuan(x.usage))
+	}
+	if d := x.route; d != nil {
+		m.routes.WithLabelValues(routeModels.label(d.Model), d.Route, d.Reason).Inc()
+	}
+}
+
+// orgLabel is the org label of a request's metrics. Without
+// per_org_metrics it is empty. With it, an org gets a label of its own only
+// when the config names it: a value of the org_keys file, an `org` of the
+// limits block, or an org listed after per_org_metrics; every other org is
+// "other". So the number of series is bounded by the config, never by the
+// keys clients send (a fingerprint org per random key) or by an org_header
+// value. A request with no org (401) has an empty label.
+func (h *Handler) orgLabel(org string) string {
+	switch {
+	case !h.PerOrgMetrics || org == "":
+		return ""
+	case h.namedOrgs[org]:
+		return org
+	default:
+		return otherLabel
+	}
+}
+
+// namedOrgs are the orgs the config names, as orgLabel reads them: the
+// org_keys file's, the limits block's and MetricsOrgs, placeholders
+// resolved. Nil without per_org_metrics.
+func (h *Handler) namedOrgSet(repl *caddy.Replacer) map[string]bool {
+	if !h.PerOrgMetrics {
+		return nil
+	}
+	named := make(map[string]bool)
+	for _, org := range h.identity.Orgs() {
+		named[org] = true
+	}
+	if h.Limits != nil {
+		for org := range h.Limits.Orgs {
+			named[repl.ReplaceAll(org, "")] = true
+		}
+	}
+	for _, org := range h.MetricsOrgs {
+		named[repl.ReplaceAll(org, "")] = true
+	}
+	return named
+}
+
+// boundedLabel admits the first max distinct values of a label (each at most
+// maxLen bytes) and maps every later one to otherLabel. It never forgets a
+// value: a counter's series cannot be dropped without losing its count.
+type boundedLabel struct {
+	mu     sync.RWMutex
+	seen   map[string]struct{}
+	max    int
+	maxLen int
+}
+
+func newBoundedLabel(max, maxLen int) *boundedLabel {
+	return &boundedLabel{seen: make(map[string]struct{}), max: max, maxLen: maxLen}
+}
+
+// label returns v, or otherLabel when v is past the bound.
+func (b *boundedLabel) label(v string) string {
+	b.mu.RLock()
+	_, ok := b.seen[v]
+	b.mu.RUnlock()
+	if ok {
+		return v
+	}
+	if len(v) > b.maxLen {
+		return otherLabel
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.seen[v]; ok {
+		return v
+	}
+	if len(b.seen) >= b.max {
+		return otherLabel
+	}
+	b.seen[v] = struct{}{}
+	return v
+}
+
+// redisUpDesc describes systemone_redis_up.
+var redisUpDesc = prometheus.NewDesc(namespace+"_redis_up",
+	"1 while the rate limiter's Redis answers, 0 from the moment the limiter counts it as lost (3 consecutive failures) until a probe sees it back. Absent when no limiter uses Redis.",
+	nil, nil)
+
+// liveLimiters are the limiters of the configs that run (during a reload,
+// the old config's and the new one's), read at scrape time.
+var liveLimiters sync.Map // *limits.Limiter -> struct{}
+
+// redisUpCollector reports systemone_redis_up from the live limiters that
+// use Redis: 0 when any of them counts its Redis as lost.
+type redisUpCollector struct{}
+
+func (redisUpCollector) Describe(ch chan<- *prometheus.Desc) { ch <- redisUpDesc }
+
+func (redisUpCollector) Collect(ch chan<- prometheus.Metric) {
+	up, used := 1.0, false
+	liveLimiters.Range(func(k, _ any) bool {
+		if ok, uses := k.(*limits.Limiter).RedisUp(); uses {
+			used = true
+			if !ok {
+				up = 0
+			}
+		}
+		return true
+	})
+	if used {
+		ch <- prometheus.MustNewConstMetric(redisUpDesc, prometheus.GaugeValue, up)
 	}
 }

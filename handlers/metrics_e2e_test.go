@@ -17,9 +17,11 @@ func TestMetricsScrape(t *testing.T) {
 	const key = "metrics-test-key"
 	eval := unlimitedSimulator(t)
 	guard := newSimulator(t, simulator.Handler{})
-	// Counters live for the process: a key of its own, labelled per org,
-	// keeps this test's counts apart from other tests'.
-	gw, url := site(t, eval.Addr(), "\t\tper_org_metrics\n"+guardrailsBlock(guard.URL, "")+routeBlock+"\t\tlimits {\n\t\t\trequests_per_minute 4\n\t\t}\n\t\tbreaker\n")
+	sum := sha256.Sum256([]byte(key))
+	org := identity.Fingerprint(sum)
+	// Counters live for the process: a key of its own, its org named so
+	// that it is labelled, keeps this test's counts apart from other tests'.
+	gw, url := site(t, eval.Addr(), "\t\tper_org_metrics "+org+"\n"+guardrailsBlock(guard.URL, "")+routeBlock+"\t\tlimits {\n\t\t\trequests_per_minute 4\n\t\t}\n\t\tbreaker\n")
 	metricsPort := gatewaytest.FreePort(t)
 	gatewaytest.Load(t, gw+fmt.Sprintf(":%d {\n\tmetrics\n}\n", metricsPort))
 
@@ -28,9 +30,8 @@ func TestMetricsScrape(t *testing.T) {
 	post(t, url, key, `{"state":"s"}`)                           // invalid, counted as a request
 	post(t, url, key, smallBody)                                 // forwarded
 	post(t, url, key, smallBody)                                 // rate limited
+	post(t, url, "metrics-test-unnamed", smallBody)              // an org the config does not name
 
-	sum := sha256.Sum256([]byte(key))
-	org := identity.Fingerprint(sum)
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	if err != nil {
 		t.Fatal(err)
@@ -48,10 +49,14 @@ func TestMetricsScrape(t *testing.T) {
 		`systemone_guardrails_verdicts_total{action="pass",org="%[1]s",risk="none"} 2`,
 		`systemone_input_tokens_total{org="%[1]s"} 38`,
 		`systemone_cost_yuan_total{org="%[1]s"}`,
+		`systemone_routes_total{model="service-1.0.0",reason="confident",route="auto"}`,
 	} {
 		if want = strings.ReplaceAll(want, "%[1]s", org); !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if !strings.Contains(text, `systemone_requests_total{org="other",outcome="forwarded",route="auto",status="200"}`) {
+		t.Errorf("an org the config does not name is not counted as other")
 	}
 	// No request failed: no model has a breaker, so none has a series.
 	if strings.Contains(text, `systemone_breaker_state{model="service-latest"}`) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -95,6 +96,17 @@ func (r *Resolver) Org(req *http.Request, key string) (string, bool) {
 		return "", false
 	}
 	return Fingerprint(sum), true
+}
+
+// Orgs returns the organization ids the org_keys file names, each once,
+// sorted; none without org_keys.
+func (r *Resolver) Orgs() []string {
+	orgs := make([]string, 0, len(r.keys))
+	for _, org := range r.keys {
+		orgs = append(orgs, org)
+	}
+	slices.Sort(orgs)
+	return slices.Compact(orgs)
 }
 
 // Fingerprint is the org id of a key that has no org of its own: a short,

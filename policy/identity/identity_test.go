@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,9 @@ func TestOrg(t *testing.T) {
 		if org, ok := own.Org(req, key); !ok || org != want {
 			t.Errorf("key %s: %q %v, want %q", key, org, ok, want)
 		}
+	}
+	if orgs := own.Orgs(); !slices.Equal(orgs, []string{"acme", "globex"}) {
+		t.Errorf("Orgs() = %q, want acme and globex once each", orgs)
 	}
 	org, ok := own.Org(req, "secret-unknown")
 	if !ok || !strings.HasPrefix(org, "key-") || len(org) != 20 || strings.Contains(org, "secret") {
