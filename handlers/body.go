@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -36,7 +37,11 @@ func readBody(r *http.Request, limit int64) (*pooledBody, error) {
 		b.buf.Grow(int(r.ContentLength))
 	}
 	n, err := b.buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	var tooLarge *http.MaxBytesError // a request_body limit before this handler
 	switch {
+	case errors.As(err, &tooLarge):
+		b.release()
+		return nil, errTooLarge
 	case err != nil:
 		b.release()
 		return nil, err
@@ -75,10 +80,9 @@ func (b *pooledBody) release() {
 // under way (HTTP/2): Close waits for the Read, and no Read touches the
 // buffer after it.
 type upstreamBody struct {
-	mu     sync.Mutex
-	r      *bytes.Reader
-	body   *pooledBody // nil once closed
-	closed atomic.Bool
+	mu   sync.Mutex
+	r    *bytes.Reader
+	body *pooledBody // nil once closed
 }
 
 func newUpstreamBody(b *pooledBody) *upstreamBody {
@@ -102,7 +106,6 @@ func (u *upstreamBody) Close() error {
 	u.body = nil
 	u.mu.Unlock()
 	if b != nil {
-		u.closed.Store(true)
 		b.release()
 	}
 	return nil

@@ -21,6 +21,10 @@ import (
 
 var errTooLarge = errors.New("request body over max_body")
 
+// maxDrainedBody is the most of an unread request body worth reading to
+// keep a connection (net/http reads up to 256 KiB after the handler).
+const maxDrainedBody = 64 << 10
+
 // serveEvaluation is the pipeline for POST .../v1/systemone, in order:
 // identity, the org's known refusal, body and validation, breaker, the one
 // admission, guardrails, the upstream, and on the way back the answer's
@@ -47,9 +51,10 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	if h.limiter != nil {
 		if d, over := h.limiter.KnownOver(x.org); over {
 			x.limits = &d
-			if r.ProtoMajor == 1 && r.ContentLength != 0 {
+			if r.ProtoMajor == 1 && (r.ContentLength < 0 || r.ContentLength > maxDrainedBody) {
 				// Or net/http would read (up to 256 KiB of) the body the
-				// refusal exists not to read, to keep the connection.
+				// refusal exists not to read, to keep the connection. A
+				// small body is cheaper to drain than a new connection.
 				w.Header().Set("Connection", "close")
 			}
 			a, _ := limitAnswer(d)
@@ -59,8 +64,16 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 
 	refusal, err := h.inspect(r, x)
 	if err != nil {
+		// The body broke off mid-read. It still counts one request.
+		if h.limiter != nil {
+			d := h.limiter.AdmitRequest(r.Context(), x.org)
+			x.limits = &d
+		}
+		if r.Context().Err() != nil {
+			return x.answer(w, answer{status: statusClientClosed})
+		}
 		x.status = http.StatusBadRequest
-		return caddyhttp.Error(http.StatusBadRequest, err) // the client went away mid-body
+		return caddyhttp.Error(http.StatusBadRequest, err)
 	}
 	if refusal == nil && h.breakers != nil {
 		ticket, open := h.breakers.Allow(x.req.ModelOrDefault())
@@ -169,10 +182,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// What to restore if none of the upstream's response reaches the client
 	// (a parallel verdict refused it, or it broke off before the commit).
 	before := w.Header().Clone()
-	var refusal *answer
 	commit := func(status int, raw []byte) bool {
-		if a, refused := x.refusedByVerdict(); refused {
-			refusal = &a
+		if _, refused := x.refusedByVerdict(); refused {
 			return false
 		}
 		h.readAnswer(r.Context(), x, w.Header(), status, raw)
@@ -184,21 +195,31 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	defer buffers.Put(respBuf)
 	rec := newInterceptor(w, respBuf, maxResponseBuffer, h.ownedPrefixes, commit)
 
-	r.Body = newUpstreamBody(x.body)
+	body := newUpstreamBody(x.body)
+	r.Body = body
 	x.forwarded = true
 	started := h.now()
 	defer func() {
 		// An answer that broke off after part of it reached the client
-		// aborts the handler (the connection must break): it still counts
-		// as the upstream's failure, is not billed, and is logged as one.
+		// aborts the handler (the connection must break). The upstream's
+		// failure when the upstream broke it: logged as one, counted by
+		// the breaker, not billed; the client's doing when the client
+		// went away: 499, billed (the upstream billed its 200).
 		if rec.brokeOff {
-			x.status, x.upstream = http.StatusBadGateway, h.now().Sub(started)
+			x.status, x.upstream, x.upstreamStatus = http.StatusBadGateway, h.now().Sub(started), 0
+			cause := errIncompleteResponse
+			if rec.clientGone {
+				x.status, x.upstreamStatus, cause = statusClientClosed, rec.upstreamStatus, context.Canceled
+			}
 			if x.ticket != nil {
-				x.ticket.Done(x.status, errIncompleteResponse)
+				x.ticket.Done(x.status, cause)
 			}
 		}
 	}()
 	err := rec.serve(next, r)
+	// reverse_proxy may never close a body it did not read (a dial
+	// failure): the handler's reference then goes back here.
+	_ = body.Close()
 	sent := rec.finish()
 	x.upstream = h.now().Sub(started)
 	x.upstreamStatus = rec.upstreamStatus
@@ -214,24 +235,18 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// None of the upstream's response reached the client: nor do the
 	// headers it left behind (a response that broke off mid-body).
 	replaceHeader(w.Header(), before)
-	if refusal == nil {
-		// The upstream failed before answering: the verdict still decides
-		// whether the client hears of the failure or of the refusal.
-		if a, refused := x.refusedByVerdict(); refused {
-			refusal = &a
-		}
+	// The verdict still decides whether the client hears of the refusal or
+	// of the upstream's answer or failure.
+	if a, refused := x.refusedByVerdict(); refused {
+		return x.answer(w, a)
 	}
-	switch {
-	case refusal != nil:
-		return x.answer(w, *refusal)
-	case errorStatus(err) == statusClientClosed:
+	if rec.clientGone || errorStatus(err) == statusClientClosed {
 		// The client went away: nobody is left to answer.
 		x.status = statusClientClosed
 		return err
-	default:
-		x.upstreamErr = err
-		return x.answer(w, upstreamFailure(err))
 	}
+	x.upstreamErr = err
+	return x.answer(w, upstreamFailure(err))
 }
 
 // readAnswer reads what the gateway needs of the upstream's response and
@@ -334,7 +349,8 @@ type exchange struct {
 	breakerState string
 	limits       *limits.Decision
 	pending      <-chan guardrails.Verdict // the guardrails check under way
-	verdict      *guardrails.Verdict       // its verdict, once taken
+	verdict      *guardrails.Verdict       // its verdict, once taken; nil when the client left first
+	verdictTaken bool
 	route        *route.Decision
 
 	upstreamStatus int   // the status the upstream answered, 0 when it did not
@@ -346,8 +362,13 @@ type exchange struct {
 	upstream       time.Duration
 }
 
-// answer writes the gateway's own answer, with the headers it owes.
+// answer writes the gateway's own answer, with the headers it owes. The
+// answer for a client that went away (499) is not written: nobody reads it.
 func (x *exchange) answer(w http.ResponseWriter, a answer) error {
+	if a.status == statusClientClosed {
+		x.status = statusClientClosed
+		return nil
+	}
 	x.status, x.reject = a.status, a.reason
 	dropHeaders(w.Header(), allGatewayPrefixes)
 	x.setHeaders(w.Header())
@@ -382,11 +403,20 @@ func (x *exchange) refusedByVerdict() (answer, bool) {
 	if x.pending == nil {
 		return answer{}, false
 	}
-	if x.verdict == nil {
+	if !x.verdictTaken {
 		v := <-x.pending
-		x.verdict = &v
+		x.verdict, x.verdictTaken = &v, true
+	}
+	if x.verdict == nil {
+		return answer{status: statusClientClosed}, true // see below
 	}
 	switch v := x.verdict; {
+	case v.Unavailable && errors.Is(v.Err, context.Canceled):
+		// Not the guardrails service's failure: the client went away
+		// while it was asked. Nobody is left to answer, and no verdict
+		// was given.
+		x.verdict = nil
+		return answer{status: statusClientClosed}, true
 	case v.Unavailable:
 		return answer{status: http.StatusServiceUnavailable, reason: rejectGuardrailsDown, body: []byte(bodyGuardrailsDown), retryAfter: defaultRetryAfterShort}, true
 	case v.Action == guardrails.ActionBlock:

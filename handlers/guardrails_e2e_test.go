@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -215,5 +216,68 @@ func TestGuardrailsParallel(t *testing.T) {
 	resp, _ = post(t, url, "k", stateBody("[[guardrails:一般政治话题]]"))
 	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Reason") != "guardrails_review" {
 		t.Errorf("parallel review: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// A client that goes away while the guardrails verdict is awaited is the
+// client's doing, not the guardrails service's: logged 499 with no reject
+// and no verdict (nothing for the guardrails_unavailable alert to count). In
+// sequential mode the request never reached the upstream and its tokens are
+// refunded; in parallel mode the upstream answered 200 while the answer was
+// held, and billed it, so its tokens stay charged.
+func TestClientGoneWhileGuardrailsDecide(t *testing.T) {
+	for _, mode := range []string{"sequential", "parallel"} {
+		t.Run(mode, func(t *testing.T) {
+			eval := unlimitedSimulator(t)
+			var asked atomic.Int64
+			down := make(chan struct{})
+			guard := gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if asked.Add(1) == 1 {
+					select { // no verdict until the gateway gives up
+					case <-r.Context().Done():
+					case <-down:
+					}
+				}
+				w.WriteHeader(http.StatusInternalServerError) // later checks fail at once
+			}))
+			block := guardrailsBlock(guard.URL, "\t\t\ttimeout 30s\n\t\t\tmode "+mode+"\n") +
+				"\t\tlimits {\n\t\t\ttokens_per_second 1\n\t\t}\n"
+			sites, url := site(t, eval.Addr(), block)
+			g := gatewaytest.Load(t, sites)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/systemone", strings.NewReader(smallBody))
+			req.Header.Set("Authorization", "Bearer leaver")
+			done := make(chan error, 1)
+			go func() {
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			waitFor(t, func() bool { return asked.Load() == 1 && (mode == "sequential" || eval.Calls() == 1) }, 10*time.Second)
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatal("the client got an answer it gave up on")
+			}
+			waitLog(t, g.Log, "systemone request", 1, 10*time.Second)
+			e := g.Entries()[0]
+			if e["status"] != float64(499) || e["reject"] != "" || e["guardrails_action"] != "" {
+				t.Fatalf("log entry %v, want 499 with no reject and no verdict", e)
+			}
+			// What the org's token bucket kept: 64000 less the next
+			// request's estimate, and less this one's unless refunded.
+			estimate := int(e["tokens_estimated"].(float64))
+			want := 64000 - 2*estimate
+			if mode == "sequential" {
+				want = 64000 - estimate
+			}
+			close(down) // the next check fails at once: on_error block answers 503
+			resp, _ := post(t, url, "leaver", smallBody)
+			if got := resp.Header.Get("X-RateLimit-Remaining-Tokens"); got != strconv.Itoa(want) {
+				t.Errorf("tokens remaining %s after the client left, want %d", got, want)
+			}
+		})
 	}
 }

@@ -199,7 +199,9 @@ func (h *Handler) Validate() error {
 	if len(h.MetricsOrgs) > 0 && !h.PerOrgMetrics {
 		return fmt.Errorf("metrics_orgs needs per_org_metrics")
 	}
-	if err := checkKeyPrefix(h.KeyPrefix); err != nil {
+	// Placeholders known now ({env.*}) are resolved for the check; the
+	// value is checked again once resolved in Provision.
+	if err := checkKeyPrefix(caddy.NewReplacer().ReplaceAll(h.KeyPrefix, "")); err != nil {
 		return err
 	}
 	if len(h.Redis) > 0 && !strings.Contains(strings.Join(h.Redis, ""), "{") {

@@ -38,7 +38,8 @@ type interceptor struct {
 	wroteHeader    bool // the upstream wrote its header
 	committed      bool // the client has the header
 	discard        bool // commit said to drop the upstream's response
-	brokeOff       bool // the upstream's body broke off after part of it reached the client
+	brokeOff       bool // the response broke off after part of it reached the client
+	clientGone     bool // the client went away (reverse_proxy's 499, or an abort on a cancelled request)
 }
 
 func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, owned []string, commit commitFunc) *interceptor {
@@ -64,6 +65,7 @@ func (i *interceptor) serve(next caddyhttp.Handler, r *http.Request) (err error)
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler || i.committed {
 				i.brokeOff = v == http.ErrAbortHandler
+				i.clientGone = i.brokeOff && r.Context().Err() != nil
 				panic(v)
 			}
 			i.status, i.wroteHeader = 0, false
@@ -93,6 +95,13 @@ func (i *interceptor) WriteHeader(status int) {
 			dropHeaders(i.w.Header(), i.owned)
 			i.w.WriteHeader(status)
 		}
+		return
+	}
+	if status == statusClientClosed && !i.committed {
+		// reverse_proxy records a client that went away before the
+		// upstream answered as a 499 of its own: not the upstream's
+		// status, and nobody is left to send it to.
+		i.clientGone = true
 		return
 	}
 	i.status, i.upstreamStatus, i.wroteHeader = status, status, true

@@ -37,8 +37,8 @@ type Config struct {
 	// (forward, unchecked, routed to a human) when the check fails.
 	OnError string `json:"on_error,omitempty"`
 	// Cache keeps verdicts for identical message lists this long: in Redis
-	// when the limits block uses Redis (shared by every instance), else in
-	// process. Default 0 (off). Failed checks are never cached.
+	// when the systemone block has `redis` (shared by every instance), else
+	// in process. Default 0 (off). Failed checks are never cached.
 	Cache caddy.Duration `json:"cache,omitempty"`
 	// Mode is "sequential" (default: check, then forward) or "parallel"
 	// (check and forward at once; a block discards the upstream's answer).

@@ -20,10 +20,11 @@ const maxOverLimit = 100_000
 // the store would refuse too, since nothing but time refills a requests
 // bucket.
 type overLimit struct {
-	max  int
-	size atomic.Int64 // len(orgs): lookups skip the lock while nobody is over
-	mu   sync.RWMutex
-	orgs map[string]overEntry
+	max   int
+	size  atomic.Int64 // len(orgs): lookups skip the lock while nobody is over
+	mu    sync.RWMutex
+	orgs  map[string]overEntry
+	swept time.Time // the last sweep: at most one a second, each O(max)
 }
 
 type overEntry struct {
@@ -40,9 +41,12 @@ func (o *overLimit) note(org string, now, until time.Time, d Decision) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.orgs[org]; !ok && len(o.orgs) >= o.max {
-		for k, e := range o.orgs {
-			if !now.Before(e.until) {
-				delete(o.orgs, k)
+		if now.Sub(o.swept) >= time.Second {
+			o.swept = now
+			for k, e := range o.orgs {
+				if !now.Before(e.until) {
+					delete(o.orgs, k)
+				}
 			}
 		}
 		if len(o.orgs) >= o.max {
