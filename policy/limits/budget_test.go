@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 )
 
@@ -536,4 +537,78 @@ func hget(t testing.TB, addr, key, field string) string {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// With Redis unavailable, on_store_error decides for budgets as for
+// buckets. local: this instance admits against its own in-process spend for
+// the period, up to the whole budget, and what it spends is not written to
+// Redis when it returns; allow: admitted, uncounted, remaining unknown;
+// deny: 503. A reservation never settled lapses.
+func TestRedisBudgetStoreError(t *testing.T) {
+	for _, mode := range StoreErrorModes {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := faultproxy.Start(t, srv.Addr)
+			cfg := budgetConfig(PerDay, "")
+			cfg.OnStoreError, cfg.StoreTimeout = mode, slow
+			clk := newFakeClock()
+			clk.set(time.Date(2026, 11, 23, 12, 0, 30, 0, time.UTC))
+			l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()))
+			settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 4000)
+			inflight := mustAllow(t, l.Admit(bg, "acme", 1000))
+			if inflight.redis == nil {
+				t.Fatalf("admitted without Redis: %+v", inflight)
+			}
+
+			proxy.Refuse()
+			switch mode {
+			case StoreErrorLocal:
+				n := 0
+				for ; n < 20; n++ {
+					d := l.Admit(bg, "acme", 1000)
+					if !d.Allowed {
+						mustRefuseBudget(t, d, "Budget exceeded: 0.01 yuan per day for organization acme, resets at 2026-11-24T00:00:00Z")
+						mustSpend(t, d, 10_000_000, 0, 0)
+						break
+					}
+					if d.local == nil {
+						t.Fatalf("admission %d not in process: %+v", n, d)
+					}
+					settle(l, d, 1000)
+				}
+				if n != 10 {
+					t.Fatalf("admitted %d in process, want the whole budget's 10", n)
+				}
+			case StoreErrorAllow:
+				for range 5 {
+					d := mustAllow(t, l.Admit(bg, "acme", 1000))
+					h := http.Header{}
+					d.SetHeaders(h)
+					if d.Budget.Spent != -1 || h.Get("X-Budget-Limit") != "0.01" || h.Get("X-Budget-Remaining") != "" || h.Get("X-Budget-Reset") == "" {
+						t.Fatalf("allow: %+v %v", d.Budget, h)
+					}
+					l.Settle(d, 1000) // counted nowhere
+				}
+			case StoreErrorDeny:
+				for range 5 {
+					if d := l.Admit(bg, "acme", 1000); !d.Unavailable || d.Budget.Spent != -1 {
+						t.Fatalf("deny: %+v", d)
+					}
+				}
+			}
+			proxy.Pass()
+			eventually(t, func() bool { return !l.redis.lost.Load() })
+			d := mustAllow(t, l.Admit(bg, "acme", 0))
+			if d.redis == nil {
+				t.Fatalf("not back on Redis: %+v", d)
+			}
+			// Redis has what it had: nothing spent in process was
+			// reconciled. The request in flight never settles (as if its
+			// instance had died with Redis away): its reservation holds
+			// until it lapses.
+			mustSpend(t, d, 4_000_000, 1_000_000, 0)
+			clk.advance(11 * time.Minute)
+			mustSpend(t, mustAllow(t, l.Admit(bg, "acme", 0)), 4_000_000, 0, 0)
+		})
+	}
 }
