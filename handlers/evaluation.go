@@ -81,7 +81,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		var d limits.Decision
 		if refusal == nil {
 			d = h.limiter.Admit(r.Context(), x.org, x.req.EstimatedTokens)
-			defer func() { h.limiter.Settle(d, x.billedTokens(d.Charged)) }()
+			defer func() { h.settle(x, d) }()
 		} else {
 			d = h.limiter.AdmitRequest(r.Context(), x.org)
 		}
@@ -252,6 +252,7 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			x.model = resp.Model
 			x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
 		}
+		x.setBudgetHeaders(header)
 		if h.router != nil {
 			d := h.router.Decide(x.req.Questions, resp, x.routeSignal())
 			x.route = &d
@@ -273,7 +274,12 @@ func limitAnswer(d limits.Decision) (answer, bool) {
 	switch {
 	case d.Unavailable:
 		return answer{status: http.StatusServiceUnavailable, reason: rejectLimiterDown, body: []byte(bodyLimiterDown), retryAfter: defaultRetryAfterShort}, true
-	case !d.Allowed:
+	case d.Allowed:
+	case d.Bucket == limits.BucketBudget:
+		// Final until the period resets (X-Budget-Reset says when): no
+		// retry-after, as the upstream's own 402 has none.
+		return answer{status: http.StatusPaymentRequired, reason: rejectBudgetExceeded, body: detailBody(d.Message)}, true
+	default:
 		return answer{status: http.StatusTooManyRequests, reason: rejectRateLimited, body: detailBody(d.Message), retryAfter: d.RetryAfter}, true
 	}
 	return answer{}, false
@@ -386,22 +392,6 @@ func (x *exchange) routeSignal() route.Signal {
 	return route.Signal{
 		GuardrailsReview:    x.verdict.Action == guardrails.ActionReview,
 		GuardrailsUnchecked: x.verdict.Action == guardrails.ActionUnchecked,
-	}
-}
-
-// billedTokens is what the request finally costs the org's token bucket:
-// the upstream's usage for a 200 that reported it, the estimate for a 200
-// that did not (or that the client left before it was read: the upstream
-// billed it all the same), nothing for anything else (the upstream bills
-// only success).
-func (x *exchange) billedTokens(charged int64) int64 {
-	switch {
-	case x.upstreamStatus != http.StatusOK || x.reject != "" || x.status == http.StatusBadGateway:
-		return 0
-	case x.hasUsage:
-		return x.usage
-	default:
-		return charged
 	}
 }
 

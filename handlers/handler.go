@@ -149,7 +149,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.ownedPrefixes = append(h.ownedPrefixes, prefixGuardrails)
 	}
 	if h.limiter != nil {
-		h.ownedPrefixes = append(h.ownedPrefixes, prefixRateLimit)
+		h.ownedPrefixes = append(h.ownedPrefixes, prefixRateLimit, prefixBudget)
 	}
 	return nil
 }

@@ -8,9 +8,6 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// yuanPerToken is the upstream's input price: 0.042 yuan per million tokens.
-const yuanPerToken = 0.042 / 1e6
-
 // record counts a finished evaluation request in the metrics and writes
 // its one log entry. Every field of the contract is present in every entry
 // (empty or null when it does not apply), so log queries never need to test
@@ -57,7 +54,7 @@ func (h *Handler) record(x *exchange) {
 	}
 	if x.hasUsage {
 		tokensInput = &x.usage
-		c := float64(x.usage) * yuanPerToken
+		c := x.costYuan()
 		cost = &c
 	}
 	if x.forwarded {
@@ -83,6 +80,7 @@ func (h *Handler) record(x *exchange) {
 		zap.Float64p("upstream_ms", upstreamMS),
 		zap.Float64p("total_ms", millis(h.now().Sub(x.start))),
 		zap.String("request_id", x.requestID),
+		zap.Inline(budgetLog{x}),
 	)
 }
 

@@ -172,14 +172,18 @@ type Decision struct {
 	spend spendSettle // the reservation to settle (period "" for none)
 }
 
-// Cost is what tokens input tokens cost at the price of the admission's
-// config (the default price for a zero Decision).
-func (d Decision) Cost(tokens int64) Yuan {
+// Price is the price per million input tokens of the admission's config
+// (DefaultPrice for a zero Decision).
+func (d Decision) Price() Yuan {
 	if d.price == 0 {
-		return Yuan(cost(tokens, DefaultPrice))
+		return DefaultPrice
 	}
-	return Yuan(cost(tokens, d.price))
+	return d.price
 }
+
+// Cost is what tokens input tokens cost at the admission's Price, rounded
+// up to a whole nano-yuan.
+func (d Decision) Cost(tokens int64) Yuan { return Yuan(cost(tokens, d.Price())) }
 
 // spendSettle is what Settle does to a budget period: charge, and release
 // a reservation filed under a minute.
