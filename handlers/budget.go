@@ -61,7 +61,7 @@ func (x *exchange) costYuan() float64 {
 	if x.limits != nil {
 		d = *x.limits
 	}
-	return float64(x.usage) * d.Price().PerToken()
+	return float64(x.usage) * d.Price().Float() / 1e6
 }
 
 // budgetLog is the log entry's budget_remaining_yuan, present when a budget

@@ -340,10 +340,6 @@ func (y Yuan) Float() float64 { return float64(y) / nanoPerYuan }
 // Truncate6 is y rounded down to 6 decimals, as the headers print it.
 func (y Yuan) Truncate6() Yuan { return y - y%nanoPerMicro }
 
-// PerToken is a price per million tokens as yuan per token, for logs and
-// metrics (0.042 is 4.2e-8).
-func (y Yuan) PerToken() float64 { return y.Float() / 1e6 }
-
 func budgetMessage(lim orgLimits, org string, reset time.Time) string {
 	return "Budget exceeded: " + lim.budget.format(2, 6) + " yuan per " + lim.per + " for organization " + org +
 		", resets at " + reset.Format(time.RFC3339)

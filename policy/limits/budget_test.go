@@ -16,16 +16,6 @@ import (
 	"github.com/systemone/systemone-gateway/internal/redistest"
 )
 
-// yuan reads an amount for a test.
-func yuan(t testing.TB, s string) Yuan {
-	t.Helper()
-	y, err := ParseYuan(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return y
-}
-
 func yp(y Yuan) *Yuan { return &y }
 
 func zone(t testing.TB, name string) *time.Location {
