@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/policy/limits"
 )
 
@@ -25,18 +26,33 @@ func (h *Handler) settle(x *exchange, d limits.Decision) {
 }
 
 // billedTokens is what the request finally costs the org's token bucket
-// and budget: the upstream's usage for a 200 that reported it, the estimate
-// for a 200 that did not (or that the client left before it was read: the
-// upstream billed it all the same), nothing for anything else (the upstream
-// bills only success).
+// and budget: what the upstream billed. That is the upstream's usage for a
+// 200 that reported it, the estimate for a 200 that did not (or that the
+// client left before it was read), also for a 200 that a parallel
+// guardrails verdict kept from the client (the upstream billed it all the
+// same, and an org must not spend unbounded through refused requests);
+// nothing for anything else (the upstream bills only success), nor for a
+// 200 that broke off mid-body.
 func (x *exchange) billedTokens() int64 {
 	switch {
-	case x.req == nil || x.upstreamStatus != http.StatusOK || x.reject != "" || x.status == http.StatusBadGateway:
+	case x.req == nil || x.upstreamStatus != http.StatusOK || x.status == http.StatusBadGateway:
 		return 0
 	case x.hasUsage:
 		return x.usage
 	default:
 		return x.req.EstimatedTokens
+	}
+}
+
+// readUsage reads the usage of a 200 that will not reach the client.
+func (x *exchange) readUsage(header http.Header, raw []byte) {
+	if raw == nil {
+		return
+	}
+	if text, err := decodeBody(header, raw, maxResponseBuffer); err == nil {
+		if resp, _ := evaluation.ParseResponse(text); resp != nil {
+			x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
+		}
 	}
 }
 

@@ -168,6 +168,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	commit := func(status int, raw []byte) bool {
 		if a, refused := x.refusedByVerdict(); refused {
 			refusal = &a
+			if status == http.StatusOK {
+				x.readUsage(w.Header(), raw) // billed all the same
+			}
 			return false
 		}
 		h.readAnswer(r.Context(), x, w.Header(), status, raw)
@@ -353,10 +356,14 @@ func (x *exchange) answer(w http.ResponseWriter, a answer) error {
 	return nil
 }
 
-// setHeaders adds the rate-limit and guardrails headers the exchange has.
+// setHeaders adds the rate-limit, budget and guardrails headers the
+// exchange has.
 func (x *exchange) setHeaders(h http.Header) {
 	if x.limits != nil {
 		x.limits.SetHeaders(h)
+		// What the request was billed, if anything (a 200 that a
+		// parallel verdict kept from the client).
+		x.limits.Budget.SetHeaders(h, x.limits.Cost(x.billedTokens()))
 	}
 	if x.verdict != nil && x.reject == "" {
 		x.verdict.SetHeaders(h)
