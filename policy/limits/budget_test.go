@@ -2,6 +2,7 @@ package limits
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -600,5 +601,32 @@ func TestRedisBudgetStoreError(t *testing.T) {
 			clk.advance(11 * time.Minute)
 			mustSpend(t, mustAllow(t, l.Admit(bg, "acme", 0)), 4_000_000, 0, 0)
 		})
+	}
+}
+
+// The cost of a budget in an admission, against the same admission without
+// one: in process, and against Redis (one round trip either way).
+func BenchmarkBudgetAdmit(b *testing.B) {
+	for _, store := range []string{"inprocess", "redis"} {
+		for _, budget := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/budget=%v", store, budget), func(b *testing.B) {
+				cfg := benchConfig()
+				if budget {
+					cfg.Budget = &Budget{Yuan: maxBudget, Per: PerMonth}
+				}
+				var opts []option
+				if store == "redis" {
+					opts = append(opts, onRedis(redistest.Start(b).URL()))
+				}
+				l, _ := newLimiter(b, cfg, nil, false, opts...)
+				i := 0
+				for b.Loop() {
+					d := l.Admit(bg, orgNames[i%len(orgNames)], 1500)
+					mustAllowB(b, d)
+					l.Settle(d, 1400)
+					i++
+				}
+			})
+		}
 	}
 }
