@@ -76,8 +76,12 @@ func (y Yuan) format(lo, hi int) string {
 // MarshalJSON writes y as a JSON number of yuan.
 func (y Yuan) MarshalJSON() ([]byte, error) { return []byte(y.format(0, 9)), nil }
 
-// UnmarshalJSON reads a JSON number (or string) of yuan, exactly.
+// UnmarshalJSON reads a JSON number (or string) of yuan, exactly; null
+// leaves y as it is.
 func (y *Yuan) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	v, err := ParseYuan(strings.Trim(string(b), `"`))
 	if err != nil {
 		return err
