@@ -630,3 +630,23 @@ func BenchmarkBudgetAdmit(b *testing.B) {
 		}
 	}
 }
+
+// On Redis Cluster the budget's keys share the org's slot with its buckets:
+// one script serves them all, for any org id.
+func TestRedisBudgetCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	cfg := budgetConfig(PerDay, "Asia/Shanghai")
+	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
+	cfg.RequestsPerMinute = i64(100)
+	clk := newFakeClock()
+	l, _ := newLimiter(t, cfg, clk, true, onRedis(cluster.URLs()...))
+	for i := range 20 {
+		org := "org{" + strconv.Itoa(i) + "}"
+		d := mustAllow(t, l.Admit(bg, org, 4000))
+		if d.redis == nil {
+			t.Fatalf("%s: not on Redis: %+v", org, d)
+		}
+		settle(l, d, 10_000)
+		mustRefuseBudget(t, l.Admit(bg, org, 1), "Budget exceeded: 0.01 yuan per day for organization "+org+", resets at "+d.Budget.Reset.Format(time.RFC3339))
+	}
+}
