@@ -70,8 +70,8 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	handle {
 		systemone {
+			redis %[2]s
 			limits {
-				redis %[2]s
 				store_timeout 2s
 			}
 			route {
