@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/systemone/systemone-gateway/handlers"
+	"github.com/systemone/systemone-gateway/policy/limits"
 )
 
 func parseString(t *testing.T, input string) (*handlers.Handler, error) {
@@ -18,13 +19,18 @@ func parseString(t *testing.T, input string) (*handlers.Handler, error) {
 
 func TestUnmarshal(t *testing.T) {
 	t.Setenv("SYSTEMONE_TEST_RPM", "42")
+	t.Setenv("SYSTEMONE_TEST_BUDGET", "5.00")
 	h, err := parseString(t, `systemone {
 		max_body 2MiB
 		limits {
 			requests_per_minute {env.SYSTEMONE_TEST_RPM}
 			tokens_per_second 0
+			budget {env.SYSTEMONE_TEST_BUDGET} per month
+			price 0.05
+			budget_timezone Europe/Berlin
 			org acme {
 				token_burst 10
+				budget 2.5 per day
 			}
 			store_timeout 20ms
 		}
@@ -49,6 +55,10 @@ func TestUnmarshal(t *testing.T) {
 	if *l.RequestsPerMinute != 42 || *l.TokensPerSecond != 0 || l.TokenBurst != nil || *l.Orgs["acme"].TokenBurst != 10 ||
 		time.Duration(l.StoreTimeout) != 20*time.Millisecond {
 		t.Errorf("limits %+v", l)
+	}
+	if *l.Budget != (limits.Budget{Yuan: 5_000_000_000, Per: limits.PerMonth}) || *l.Price != 50_000_000 || l.BudgetTimezone != "Europe/Berlin" ||
+		*l.Orgs["acme"].Budget != (limits.Budget{Yuan: 2_500_000_000, Per: limits.PerDay}) {
+		t.Errorf("budgets %+v %v %+v", l.Budget, l.Price, l.Orgs["acme"].Budget)
 	}
 	if h.Breaker.Failures != 2 || h.Breaker.OpenFor != 0 || h.Guardrails != nil {
 		t.Errorf("breaker %+v guardrails %+v", h.Breaker, h.Guardrails)
@@ -93,6 +103,15 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n limits {\n org a {\n x 1\n }\n }\n}": "unknown org subdirective",
 		"systemone {\n limits {\n org a {\n token_burst 1\n }\n org a {\n token_burst 2\n }\n }\n}": "duplicate org",
 		"systemone {\n limits {\n redis\n }\n}":                                                     "redis moved from the limits block to the systemone block",
+		"systemone {\n limits {\n budget 5\n }\n}":                                                  "want `budget <yuan> per day|month`",
+		"systemone {\n limits {\n budget 5 a day\n }\n}":                                            "want `budget <yuan> per day|month`",
+		"systemone {\n limits {\n budget 5 per day extra\n }\n}":                                    "wrong argument count",
+		"systemone {\n limits {\n budget -5 per day\n }\n}":                                         "is not an amount in yuan",
+		"systemone {\n limits {\n budget 5.0000001 per day\n }\n}":                                  "at most 6 decimals",
+		"systemone {\n limits {\n price 1e-3\n }\n}":                                                "is not an amount in yuan",
+		"systemone {\n limits {\n price 0\n }\n}":                                                   "want more than 0",
+		"systemone {\n limits {\n budget_timezone\n }\n}":                                           "wrong argument count",
+		"systemone {\n limits {\n org a {\n budget 1 per year\n }\n }\n}":                           "not one of [day month]",
 		"systemone {\n redis\n}":                                                                    "wrong argument count",
 		"systemone {\n per_org_metrics\n per_org_metrics a\n}":                                      "duplicate per_org_metrics",
 		"systemone {\n guardrails\n}":                                                               "base URL",

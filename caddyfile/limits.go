@@ -23,6 +23,15 @@ func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
 			cfg.TokensPerSecond, err = countArg(d)
 		case "token_burst":
 			cfg.TokenBurst, err = countArg(d)
+		case "budget":
+			cfg.Budget, err = budgetArg(d)
+		case "price":
+			cfg.Price, err = yuanArg(d)
+		case "budget_timezone":
+			cfg.BudgetTimezone, err = resolvedArg(d)
+			if err == nil && d.NextArg() {
+				err = d.ArgErr()
+			}
 		case "org":
 			err = parseOrg(d, cfg)
 		case "on_store_error":
@@ -59,6 +68,8 @@ func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
 			o.TokensPerSecond, err = countArg(d)
 		case "token_burst":
 			o.TokenBurst, err = countArg(d)
+		case "budget":
+			o.Budget, err = budgetArg(d)
 		default:
 			return d.Errf("unknown org subdirective %q", name)
 		}
@@ -74,4 +85,41 @@ func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
 	}
 	cfg.Orgs[id] = o
 	return nil
+}
+
+// yuanArg reads one amount in yuan, placeholders resolved (package limits
+// checks its bounds).
+func yuanArg(d *caddyfile.Dispenser) (*limits.Yuan, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return nil, err
+	}
+	y, err := limits.ParseYuan(v)
+	if err != nil {
+		return nil, d.Err(err.Error())
+	}
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	return &y, nil
+}
+
+// budgetArg reads `<yuan> per day|month`.
+func budgetArg(d *caddyfile.Dispenser) (*limits.Budget, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return nil, err
+	}
+	y, err := limits.ParseYuan(v)
+	if err != nil {
+		return nil, d.Err(err.Error())
+	}
+	if !d.NextArg() || d.Val() != "per" {
+		return nil, d.Errf("budget %s: want `budget <yuan> per day|month`", v)
+	}
+	per, err := oneOf(d, limits.BudgetPeriods)
+	if err != nil {
+		return nil, err
+	}
+	return &limits.Budget{Yuan: y, Per: per}, nil
 }

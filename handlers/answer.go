@@ -15,6 +15,7 @@ const (
 	rejectTooLarge         = "request_too_large"
 	rejectInvalidRequest   = "invalid_request"
 	rejectRateLimited      = "rate_limited"
+	rejectBudgetExceeded   = "budget_exceeded"
 	rejectGuardrailsBlock  = "guardrails_blocked"
 	rejectGuardrailsDown   = "guardrails_unavailable"
 	rejectLimiterDown      = "rate_limiter_unavailable"
@@ -82,11 +83,12 @@ const (
 	prefixRoute      = "X-Route"
 	prefixGuardrails = "X-Guardrails-"
 	prefixRateLimit  = "X-Ratelimit-"
+	prefixBudget     = "X-Budget-"
 )
 
 // allGatewayPrefixes are every namespace: an answer of the gateway's own
 // carries only the gateway's headers in them.
-var allGatewayPrefixes = []string{prefixGateway, prefixRoute, prefixGuardrails, prefixRateLimit}
+var allGatewayPrefixes = []string{prefixGateway, prefixRoute, prefixGuardrails, prefixRateLimit, prefixBudget}
 
 // dropHeaders removes the headers (from the upstream or anyone else) in the
 // given namespaces, so none passes as the gateway's.

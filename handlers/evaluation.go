@@ -94,7 +94,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		var d limits.Decision
 		if refusal == nil {
 			d = h.admit(r.Context(), x.org, true, x.req.EstimatedTokens)
-			defer func() { h.limiter.Settle(d, x.billedTokens(d.Charged)) }()
+			defer func() { h.settle(x, d) }()
 		} else {
 			d = h.admit(r.Context(), x.org, false, 0)
 		}
@@ -184,6 +184,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	before := w.Header().Clone()
 	commit := func(status int, raw []byte) bool {
 		if _, refused := x.refusedByVerdict(); refused {
+			if status == http.StatusOK {
+				x.readUsage(w.Header(), raw) // billed all the same
+			}
 			return false
 		}
 		h.readAnswer(r.Context(), x, w.Header(), status, raw)
@@ -274,6 +277,7 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			x.model = resp.Model
 			x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
 		}
+		x.setBudgetHeaders(header)
 		if h.router != nil {
 			d := h.router.Decide(x.req.Questions, resp, x.routeSignal())
 			x.route = &d
@@ -295,7 +299,12 @@ func limitAnswer(d limits.Decision) (answer, bool) {
 	switch {
 	case d.Unavailable:
 		return answer{status: http.StatusServiceUnavailable, reason: rejectLimiterDown, body: []byte(bodyLimiterDown), retryAfter: defaultRetryAfterShort}, true
-	case !d.Allowed:
+	case d.Allowed:
+	case d.Bucket == limits.BucketBudget:
+		// Final until the period resets (X-Budget-Reset says when): no
+		// retry-after, as the upstream's own 402 has none.
+		return answer{status: http.StatusPaymentRequired, reason: rejectBudgetExceeded, body: detailBody(d.Message)}, true
+	default:
 		return answer{status: http.StatusTooManyRequests, reason: rejectRateLimited, body: detailBody(d.Message), retryAfter: d.RetryAfter}, true
 	}
 	return answer{}, false
@@ -385,10 +394,14 @@ func (x *exchange) refuse(w http.ResponseWriter, a answer) error {
 	return nil
 }
 
-// setHeaders adds the rate-limit and guardrails headers the exchange has.
+// setHeaders adds the rate-limit, budget and guardrails headers the
+// exchange has.
 func (x *exchange) setHeaders(h http.Header) {
 	if x.limits != nil {
 		x.limits.SetHeaders(h)
+		// What the request was billed, if anything (a 200 that a
+		// parallel verdict kept from the client).
+		x.limits.Budget.SetHeaders(h, x.limits.Cost(x.billedTokens()))
 	}
 	if x.verdict != nil && x.reject == "" {
 		x.verdict.SetHeaders(h)
@@ -433,22 +446,6 @@ func (x *exchange) routeSignal() route.Signal {
 	return route.Signal{
 		GuardrailsReview:    x.verdict.Action == guardrails.ActionReview,
 		GuardrailsUnchecked: x.verdict.Action == guardrails.ActionUnchecked,
-	}
-}
-
-// billedTokens is what the request finally costs the org's token bucket:
-// the upstream's usage for a 200 that reported it, the estimate for a 200
-// that did not (or that the client left before it was read: the upstream
-// billed it all the same), nothing for anything else (the upstream bills
-// only success).
-func (x *exchange) billedTokens(charged int64) int64 {
-	switch {
-	case x.upstreamStatus != http.StatusOK || x.reject != "" || x.status == http.StatusBadGateway:
-		return 0
-	case x.hasUsage:
-		return x.usage
-	default:
-		return charged
 	}
 }
 

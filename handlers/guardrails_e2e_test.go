@@ -267,11 +267,13 @@ func TestClientGoneWhileGuardrailsDecide(t *testing.T) {
 				t.Fatalf("log entry %v, want 499 with no reject and no verdict", e)
 			}
 			// What the org's token bucket kept: 64000 less the next
-			// request's estimate, and less this one's unless refunded.
+			// request's estimate, and less what the upstream billed for
+			// this one (its usage, read from the held answer) unless it
+			// never reached the upstream.
 			estimate := int(e["tokens_estimated"].(float64))
-			want := 64000 - 2*estimate
-			if mode == "sequential" {
-				want = 64000 - estimate
+			want := 64000 - estimate
+			if mode == "parallel" {
+				want -= int(e["tokens_input"].(float64))
 			}
 			close(down) // the next check fails at once: on_error block answers 503
 			resp, _ := post(t, url, "leaver", smallBody)

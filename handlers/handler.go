@@ -50,14 +50,14 @@ type Handler struct {
 	// of its own) or "reject" (401 at the edge).
 	UnknownKeys string `json:"unknown_keys,omitempty"`
 	// Redis lists the redis:// or rediss:// URLs of the one store of shared
-	// state: token buckets, the verdict cache, the review queue. One URL is a
+	// state: token buckets, budgets, the verdict cache, the review queue. One URL is a
 	// single server; several are the seed nodes of a Redis Cluster. Default
 	// none: state is kept in process and the review queue is unavailable.
 	Redis []string `json:"redis,omitempty"`
 	// KeyPrefix starts every key the gateway keeps state in (the review
 	// stream is named exactly as `queue` says). Default "systemone:".
 	KeyPrefix string `json:"key_prefix,omitempty"`
-	// Limits are the per-organization token buckets.
+	// Limits are the per-organization token buckets and spend budgets.
 	Limits *limits.Config `json:"limits,omitempty"`
 	// Guardrails checks every evaluation request's state before forwarding.
 	Guardrails *guardrails.Config `json:"guardrails,omitempty"`
@@ -161,7 +161,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.ownedPrefixes = append(h.ownedPrefixes, prefixGuardrails)
 	}
 	if h.limiter != nil {
-		h.ownedPrefixes = append(h.ownedPrefixes, prefixRateLimit)
+		h.ownedPrefixes = append(h.ownedPrefixes, prefixRateLimit, prefixBudget)
 	}
 	return nil
 }

@@ -112,6 +112,7 @@ var contractStatus = map[string]int{
 	"request_too_large":        413,
 	"invalid_request":          422,
 	"rate_limited":             429,
+	"budget_exceeded":          402,
 	"guardrails_blocked":       400,
 	"guardrails_unavailable":   503,
 	"rate_limiter_unavailable": 503,

@@ -346,8 +346,8 @@ func TestKnownOverLimitRefusedBeforeTheBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			// Headers and a promise of 1,000 bytes that never come.
-			fmt.Fprintf(conn, "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"state\":")
+			// Headers and a promise of a megabyte that never comes.
+			fmt.Fprintf(conn, "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"state\":")
 			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 			if err != nil {

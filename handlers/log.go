@@ -8,12 +8,6 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// yuanPerToken is the upstream's input price: 0.042 yuan per million tokens.
-const yuanPerToken = 0.042 / 1e6
-
-// costYuan is what a number of input tokens costs.
-func costYuan(tokens int64) float64 { return float64(tokens) * yuanPerToken }
-
 // record counts a finished evaluation request in the metrics, puts it on
 // its trace and writes its one log entry. Every field of the contract is
 // present in every entry (empty or null when it does not apply), so log
@@ -57,7 +51,7 @@ func (h *Handler) record(x *exchange) {
 	}
 	if x.hasUsage {
 		tokensInput = &x.usage
-		c := costYuan(x.usage)
+		c := x.costYuan()
 		cost = &c
 	}
 	if x.forwarded {
@@ -90,6 +84,7 @@ func (h *Handler) record(x *exchange) {
 		zap.Float64p("total_ms", millis(h.now().Sub(x.start))),
 		zap.String("request_id", x.requestID),
 		zap.String("upstream_error", upstreamError),
+		zap.Inline(budgetLog{x}),
 	)
 }
 

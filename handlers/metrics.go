@@ -26,6 +26,7 @@ type metrics struct {
 	cost            *prometheus.CounterVec
 	routes          *prometheus.CounterVec
 	redisUp         prometheus.Collector
+	budgetSpent     *prometheus.GaugeVec
 }
 
 // otherLabel stands for every value past a label's bound: orgs that
@@ -57,7 +58,7 @@ var allMetrics = sync.OnceValue(func() *metrics {
 		}, []string{"risk", "action", "org"}),
 		limitRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "limit_rejections_total",
-			Help: "Requests refused by the rate limiter, by bucket (requests, tokens, upstream_hold, unavailable).",
+			Help: "Requests refused by the rate limiter, by bucket (requests, tokens, upstream_hold, budget, unavailable).",
 		}, []string{"bucket", "org"}),
 		breakerState: breaker.StateCollector(),
 		inputTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -66,7 +67,11 @@ var allMetrics = sync.OnceValue(func() *metrics {
 		}, []string{"org"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "cost_yuan_total",
-			Help: "Cost of the billed input tokens in yuan (0.042 per million).",
+			Help: "Cost of the billed input tokens in yuan (at the limits' price, 0.042 per million by default).",
+		}, []string{"org"}),
+		budgetSpent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "budget_spent_yuan",
+			Help: "What the organization spent in its budget's current day or month, as this instance last saw it (per_org_metrics only).",
 		}, []string{"org"}),
 		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "routes_total",
@@ -107,6 +112,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err == nil {
 		m.redisUp, err = register(reg, m.redisUp)
 	}
+	if err == nil {
+		m.budgetSpent, err = register(reg, m.budgetSpent)
+	}
 	return &m, err
 }
 
@@ -140,14 +148,17 @@ func (m *metrics) observe(x *exchange, org string) {
 		m.guardrails.WithLabelValues(v.Risk, v.Action, org).Inc()
 	}
 	switch x.reject {
-	case rejectRateLimited:
+	case rejectRateLimited, rejectBudgetExceeded:
 		m.limitRejections.WithLabelValues(x.limits.Bucket, org).Inc()
 	case rejectLimiterDown:
 		m.limitRejections.WithLabelValues("unavailable", org).Inc()
 	}
 	if x.hasUsage {
 		m.inputTokens.WithLabelValues(org).Add(float64(x.usage))
-		m.cost.WithLabelValues(org).Add(costYuan(x.usage))
+		m.cost.WithLabelValues(org).Add(x.costYuan())
+	}
+	if spent, ok := x.budgetSpent(); ok && org != "" {
+		m.budgetSpent.WithLabelValues(org).Set(spent)
 	}
 	if d := x.route; d != nil {
 		m.routes.WithLabelValues(routeModels.label(d.Model), d.Route, d.Reason).Inc()

@@ -77,7 +77,7 @@ func (x *exchange) placeholder(key string) (any, bool) {
 		return "", true
 	case "cost_yuan":
 		if x.hasUsage {
-			return strconv.FormatFloat(costYuan(x.usage), 'f', -1, 64), true
+			return strconv.FormatFloat(x.costYuan(), 'f', -1, 64), true
 		}
 		return "", true
 	}

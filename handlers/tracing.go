@@ -198,7 +198,7 @@ func (x *exchange) annotate(breakerState string) {
 		add(attrGuardrailsAction, v.Action)
 	}
 	if x.hasUsage {
-		attrs = append(attrs, attribute.Int64(attrTokensInput, x.usage), attribute.Float64(attrCostYuan, costYuan(x.usage)))
+		attrs = append(attrs, attribute.Int64(attrTokensInput, x.usage), attribute.Float64(attrCostYuan, x.costYuan()))
 	}
 	x.span.SetAttributes(attrs...)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	_ "time/tzdata" // budget_timezone works on hosts and images without a zoneinfo database
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 

@@ -89,6 +89,7 @@ type check struct {
 	reqCost, tokCost int64 // units; negative: the bucket is not consulted
 	hold             bool  // an upstream hold refuses it
 	reportTok        bool  // the Decision reports the token bucket even unconsulted
+	budget           budgetCheck
 }
 
 func (c check) usesReq() bool { return c.req.on() && c.reqCost >= 0 }
@@ -101,4 +102,13 @@ type outcome struct {
 	// Microseconds until the requests bucket, the token bucket and the hold
 	// would let the check pass; 0 where nothing waits.
 	reqWait, tokWait, holdWait int64
+	// The budget, when one applies: which of the check's periods the store
+	// is in (0 to 2), what it found spent and reserved (this admission's
+	// reservation included), the minute its reservation is filed under,
+	// and whether the budget refused the request (which then still counts
+	// its one request, unless reqWait says the requests bucket could not).
+	period          int
+	spent, reserved int64
+	slot            int64
+	budgetRefused   bool
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 )
 
-// Config is the `limits` block: per-organization token buckets.
+// Config is the `limits` block: per-organization token buckets and spend
+// budgets.
 type Config struct {
 	// Redis is refused: the gateway's one Redis client is configured on the
 	// systemone block (`redis`, `key_prefix`). Kept only so that an old
@@ -23,7 +24,18 @@ type Config struct {
 	TokensPerSecond *int64 `json:"tokens_per_second,omitempty"`
 	// TokenBurst is the input-token bucket's capacity. Default 64000.
 	TokenBurst *int64 `json:"token_burst,omitempty"`
-	// Orgs overrides any of the three numbers for one organization id.
+	// Budget caps what each organization may spend per calendar day or
+	// month (see Budget). Default none.
+	Budget *Budget `json:"budget,omitempty"`
+	// Price is what a million input tokens cost, in yuan, at most 6
+	// decimals, more than 0 and at most 1,000: what budgets are charged.
+	// Default 0.042, the upstream's price.
+	Price *Yuan `json:"price,omitempty"`
+	// BudgetTimezone is the IANA time zone whose midnights begin budget
+	// days and months (DST included). Default UTC.
+	BudgetTimezone string `json:"budget_timezone,omitempty"`
+	// Orgs overrides any of the three numbers and the budget for one
+	// organization id.
 	Orgs map[string]Override `json:"orgs,omitempty"`
 	// OnStoreError decides what happens when Redis fails: "local" (default)
 	// falls back to in-process buckets with the same limits, "allow" admits,
@@ -38,6 +50,9 @@ type Override struct {
 	RequestsPerMinute *int64 `json:"requests_per_minute,omitempty"`
 	TokensPerSecond   *int64 `json:"tokens_per_second,omitempty"`
 	TokenBurst        *int64 `json:"token_burst,omitempty"`
+	// Budget replaces the default budget; a budget of 0 exempts the
+	// organization.
+	Budget *Budget `json:"budget,omitempty"`
 }
 
 // Defaults of the limits block.
@@ -64,9 +79,10 @@ var StoreErrorModes = []string{StoreErrorLocal, StoreErrorAllow, StoreErrorDeny}
 const maxLimit = 10_000_000
 
 // Validate checks the block without acquiring anything: the on_store_error
-// value and the numbers (not negative, at most 10,000,000, a positive
-// token_burst wherever tokens_per_second is on). Their error texts are the
-// ones the Caddyfile reports.
+// value, the numbers (not negative, at most 10,000,000, a positive
+// token_burst wherever tokens_per_second is on), the budgets (0 to
+// 1,000,000 yuan, at most 6 decimals, per day or month), the price and the
+// time zone. Their error texts are the ones the Caddyfile reports.
 func (c Config) Validate() error {
 	if len(c.Redis) > 0 {
 		return errors.New("redis moved from the limits block to the systemone block: write `redis <url>` (and `key_prefix`) directly under systemone")
@@ -77,7 +93,15 @@ func (c Config) Validate() error {
 	if c.StoreTimeout < 0 {
 		return fmt.Errorf("store_timeout %s: must not be negative", time.Duration(c.StoreTimeout))
 	}
-	base, err := Override{c.RequestsPerMinute, c.TokensPerSecond, c.TokenBurst}.apply(defaultLimits)
+	if c.Price != nil {
+		if err := checkPrice(*c.Price); err != nil {
+			return err
+		}
+	}
+	if _, err := loadZone(c.BudgetTimezone); err != nil {
+		return err
+	}
+	base, err := c.defaults().apply(defaultLimits)
 	if err != nil {
 		return err
 	}
@@ -89,12 +113,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// defaults is the block's own numbers, as an override of the defaults.
+func (c Config) defaults() Override {
+	return Override{c.RequestsPerMinute, c.TokensPerSecond, c.TokenBurst, c.Budget}
+}
+
 // orgLimits are the effective numbers for one organization.
 type orgLimits struct {
 	rpm, tps, burst int64
+	budget          Yuan   // 0: none
+	per             string // with a budget: PerDay or PerMonth
 }
 
-var defaultLimits = orgLimits{DefaultRequestsPerMinute, DefaultTokensPerSecond, DefaultTokenBurst}
+var defaultLimits = orgLimits{rpm: DefaultRequestsPerMinute, tps: DefaultTokensPerSecond, burst: DefaultTokenBurst}
 
 // apply returns base with o's numbers in place of base's.
 func (o Override) apply(base orgLimits) (orgLimits, error) {
@@ -115,6 +146,12 @@ func (o Override) apply(base orgLimits) (orgLimits, error) {
 			return l, fmt.Errorf("%s %d: want 0 to %d", f.name, *f.v, maxLimit)
 		}
 		*f.dst = *f.v
+	}
+	if b := o.Budget; b != nil {
+		if err := b.validate(); err != nil {
+			return l, err
+		}
+		l.budget, l.per = b.Yuan, b.Per
 	}
 	if l.tps > 0 && l.burst == 0 {
 		return l, errors.New("token_burst 0 holds no token; turn the token bucket off with tokens_per_second 0")

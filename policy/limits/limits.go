@@ -1,18 +1,21 @@
 // Package limits enforces per-organization token buckets: a requests bucket
 // (capacity requests_per_minute, refilled at n/60 per second) and an input
-// token bucket (capacity token_burst, refilled at tokens_per_second).
+// token bucket (capacity token_burst, refilled at tokens_per_second); and
+// spend budgets per calendar day or month.
 //
-// An evaluation is admitted only if both buckets can pay; then both are
-// debited at once, otherwise neither is. Its token charge is the handler's
+// An evaluation is admitted only if both buckets can pay and the budget is
+// not spent; then both are debited and its estimated cost is reserved at
+// once, otherwise none of them changes. Its token charge is the handler's
 // estimate, capped at the bucket's capacity so that no request is refused
-// forever, and is corrected to the upstream's usage afterwards (Settle). An
-// organization the upstream answered 429 is held at the edge until its
-// retry-after has passed (Hold).
+// forever, and is corrected to the upstream's usage afterwards (Settle),
+// which also charges its real cost to the budget and releases the
+// reservation. An organization the upstream answered 429 is held at the edge
+// until its retry-after has passed (Hold).
 //
-// Without Redis the buckets live in process and survive config reloads. With
-// Redis they are shared by every gateway instance: one script call per
-// admission, on the Redis server's clock. When Redis fails, on_store_error
-// decides; see Limiter.Admit.
+// Without Redis the buckets and budgets live in process and survive config
+// reloads. With Redis they are shared by every gateway instance: one script
+// call per admission, on the Redis server's clock. When Redis fails,
+// on_store_error decides; see Limiter.Admit.
 package limits
 
 import (
@@ -30,12 +33,16 @@ import (
 // maxHold bounds a hold, whatever retry-after the upstream sent.
 const maxHold = time.Hour
 
-// epoch anchors the in-process clock: times are microseconds since process
-// start, read on the monotonic clock, so wall-clock steps never refill or
-// drain a bucket.
-var epoch = time.Now()
+// epoch anchors the in-process clock: times are microseconds since the Unix
+// epoch as of process start plus the time since then on the monotonic
+// clock, so wall-clock steps never refill or drain a bucket. (Counting from
+// the Unix epoch keeps a test's clock set to a past date positive.)
+var (
+	epoch       = time.Now()
+	epochMicros = epoch.UnixMicro()
+)
 
-func micros(t time.Time) int64 { return t.Sub(epoch).Microseconds() }
+func micros(t time.Time) int64 { return epochMicros + t.Sub(epoch).Microseconds() }
 
 // Limiter enforces the limits of one config. It is safe for concurrent use.
 type Limiter struct {
@@ -43,6 +50,9 @@ type Limiter struct {
 	orgs     map[string]orgLimits
 	mode     string
 	now      func() time.Time // the in-process buckets' clock
+
+	price   Yuan // per million input tokens
+	periods *periodCache
 
 	local        *localStore
 	releaseLocal func() error
@@ -76,13 +86,19 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 		logger = zap.NewNop()
 	}
 	repl := caddy.NewReplacer()
-	defaults, _ := Override{cfg.RequestsPerMinute, cfg.TokensPerSecond, cfg.TokenBurst}.apply(defaultLimits)
+	defaults, _ := cfg.defaults().apply(defaultLimits)
+	loc, _ := loadZone(cfg.BudgetTimezone)
 	l := &Limiter{
 		defaults: defaults,
 		orgs:     make(map[string]orgLimits, len(cfg.Orgs)),
 		mode:     cfg.OnStoreError,
 		now:      time.Now,
+		price:    DefaultPrice,
+		periods:  &periodCache{loc: loc},
 		over:     newOverLimit(maxOverLimit),
+	}
+	if cfg.Price != nil {
+		l.price = *cfg.Price
 	}
 	for org, o := range cfg.Orgs {
 		l.orgs[repl.ReplaceAll(org, "")], _ = o.apply(defaults)
@@ -120,6 +136,7 @@ const (
 	BucketRequests = "requests"
 	BucketTokens   = "tokens"
 	BucketHold     = "upstream_hold"
+	BucketBudget   = "budget"
 )
 
 // Decision is the answer to one admission.
@@ -130,16 +147,19 @@ type Decision struct {
 	// rate_limiter_unavailable with retry-after 1. Allowed is false.
 	Unavailable bool
 	// RetryAfter is, when the request is refused, the time until it could
-	// pass (every bucket can pay and no hold is left), in whole seconds and
-	// at least one second.
+	// pass (every bucket can pay and no hold is left; for a budget, until
+	// the period resets), in whole seconds and at least one second.
 	RetryAfter time.Duration
-	// Message is the 429 detail, naming the limit that was hit.
+	// Message is the 429 or 402 detail, naming the limit that was hit.
 	Message string
 	// Bucket names the limit that refused the request: BucketRequests,
-	// BucketTokens or BucketHold (the upstream's own 429 for the org).
+	// BucketTokens, BucketHold (the upstream's own 429 for the org) or
+	// BucketBudget (answer 402 budget_exceeded).
 	Bucket string
 	// Requests and Tokens report the two buckets (see Quota).
 	Requests, Tokens Quota
+	// Budget reports the org's budget, when one applies (see Spend).
+	Budget Spend
 	// Charged is the number of input tokens debited: the estimate capped at
 	// token_burst, 0 when the token bucket is off or nothing was charged.
 	// Settle takes it from the Decision.
@@ -148,6 +168,30 @@ type Decision struct {
 	org   string
 	local *localStore // the in-process store that charged, if any
 	redis *redisStore // or the Redis store
+	price Yuan        // of the admission's config: Settle charges at it
+	spend spendSettle // the reservation to settle (period "" for none)
+}
+
+// Price is the price per million input tokens of the admission's config
+// (DefaultPrice for a zero Decision).
+func (d Decision) Price() Yuan {
+	if d.price == 0 {
+		return DefaultPrice
+	}
+	return d.price
+}
+
+// Cost is what tokens input tokens cost at the admission's Price, rounded
+// up to a whole nano-yuan.
+func (d Decision) Cost(tokens int64) Yuan { return Yuan(cost(tokens, d.Price())) }
+
+// spendSettle is what Settle does to a budget period: charge, and release
+// a reservation filed under a minute.
+type spendSettle struct {
+	period          string
+	end             int64 // the period's end, unix µs
+	slot            int64
+	charge, release int64 // nano-yuan
 }
 
 // Quota reports one bucket after an admission.
@@ -161,8 +205,10 @@ type Quota struct {
 	Remaining int64
 }
 
-// SetHeaders sets the X-RateLimit-* headers of d on h. A bucket that is off
-// sets neither of its headers; an unknown remaining omits that header.
+// SetHeaders sets the X-RateLimit-* headers of d on h, and the X-Budget-*
+// ones for an answer that costs nothing (see Spend.SetHeaders). A bucket
+// that is off sets neither of its headers; an unknown remaining omits that
+// header.
 func (d Decision) SetHeaders(h http.Header) {
 	set := func(name string, q Quota) {
 		if q.Limit == 0 {
@@ -175,11 +221,19 @@ func (d Decision) SetHeaders(h http.Header) {
 	}
 	set("Requests", d.Requests)
 	set("Tokens", d.Tokens)
+	d.Budget.SetHeaders(h, 0)
 }
 
 // Admit decides on an evaluation request of org estimated at estimatedTokens
-// input tokens: both buckets and any upstream hold. The token charge is the
-// estimate capped at token_burst.
+// input tokens: both buckets, any upstream hold and the budget. The token
+// charge is the estimate capped at token_burst; the budget reserves the
+// estimate's whole cost, and admits the request while what the period has
+// spent and reserved is below the budget. A budget refusal counts the
+// request against the requests bucket (as AdmitRequest does) and changes
+// nothing else; when that bucket cannot pay, the requests bucket's refusal
+// is the answer (its 429 comes first, so that the over-limit cache and the
+// budget agree); otherwise the budget's 402 comes before the waits of the
+// token bucket and the hold, which would only lead to it.
 //
 // With Redis, the admission costs one round trip bounded by store_timeout
 // (and ctx). If that fails, on_store_error decides: local admits against the
@@ -193,19 +247,30 @@ func (l *Limiter) Admit(ctx context.Context, org string, estimatedTokens int64) 
 	if c.tok.on() {
 		c.tokCost = min(max(estimatedTokens, 0), lim.burst) * unit
 	}
+	c.budget = l.budgetCheck(lim, cost(estimatedTokens, l.price))
 	return l.admit(ctx, org, lim, c)
+}
+
+// budgetCheck is the budget part of an admission that reserves amount
+// (negative: one that only reads the budget).
+func (l *Limiter) budgetCheck(lim orgLimits, amount int64) budgetCheck {
+	if lim.budget == 0 {
+		return budgetCheck{}
+	}
+	return budgetCheck{limit: int64(lim.budget), cost: amount, periods: l.periods.around(l.now(), lim.per)}
 }
 
 // AdmitRequest counts one request of org against the requests bucket
 // only, and refuses it when that bucket is empty: any request through the
 // directive other than an evaluation, and an evaluation the gateway refuses
 // itself (413, 422, an open breaker's 529), so that no client can make the
-// gateway read and parse bodies for free. The token bucket is reported (for
-// the rate-limit headers) but neither charged nor consulted; upstream holds
-// apply to forwarded evaluations only.
+// gateway read and parse bodies for free. The token bucket and the budget
+// are reported (for the headers) but neither charged nor consulted; upstream
+// holds apply to forwarded evaluations only.
 func (l *Limiter) AdmitRequest(ctx context.Context, org string) Decision {
 	lim := l.limitsFor(org)
-	return l.admit(ctx, org, lim, check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1, reportTok: true})
+	return l.admit(ctx, org, lim, check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1, reportTok: true,
+		budget: l.budgetCheck(lim, -1)})
 }
 
 // KnownOver reports whether this instance already knows org to be over its
@@ -215,13 +280,21 @@ func (l *Limiter) AdmitRequest(ctx context.Context, org string) Decision {
 // handler asks it before reading a body. Every instance sharing a Redis
 // bucket would refuse the request too: only time refills a requests bucket.
 func (l *Limiter) KnownOver(org string) (Decision, bool) {
-	return l.over.lookup(org, l.now())
+	now := l.now()
+	d, over := l.over.lookup(org, now)
+	if over && d.Budget.Limit > 0 && !now.Before(d.Budget.Reset) {
+		// The refusal was noted in a period that has ended since.
+		p := l.periods.around(now, d.Budget.Per)[1]
+		d.Budget = Spend{Limit: d.Budget.Limit, Per: d.Budget.Per, Reset: p.end, Spent: -1, Reserved: -1}
+	}
+	return d, over
 }
 
 func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check) Decision {
-	now := micros(l.now())
+	t := l.now()
+	now, wall := micros(t), t.UnixMicro()
 	if l.redis == nil {
-		return l.decide(org, lim, c, l.local.admit(org, c, now), l.local, nil)
+		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), l.local, nil)
 	}
 	// Holds are also kept in process, so that this instance honours one at
 	// once, before Redis has it, and while Redis is away.
@@ -236,18 +309,18 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 		}
 	}
 	if l.mode == StoreErrorLocal {
-		return l.decide(org, lim, c, l.local.admit(org, c, now), l.local, nil)
+		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), l.local, nil)
 	}
 	var d Decision
 	switch {
 	case held > 0:
-		d = l.decide(org, lim, c, outcome{holdWait: held}, nil, nil)
+		d = l.decide(org, lim, c, outcome{holdWait: held, period: 1}, nil, nil)
 	case l.mode == StoreErrorAllow:
-		d = l.decide(org, lim, c, outcome{allowed: true}, nil, nil)
-		d.Charged = 0 // nothing to settle
+		d = l.decide(org, lim, c, outcome{allowed: true, period: 1}, nil, nil)
+		d.Charged, d.spend = 0, spendSettle{} // nothing to settle
 	default:
-		d = l.decide(org, lim, c, outcome{}, nil, nil)
-		d.Unavailable, d.RetryAfter, d.Message = true, time.Second, ""
+		d = l.decide(org, lim, c, outcome{period: 1}, nil, nil)
+		d.Unavailable, d.RetryAfter, d.Message, d.Bucket = true, time.Second, "", ""
 	}
 	if d.Requests.Limit > 0 {
 		d.Requests.Remaining = -1
@@ -255,12 +328,23 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 	if d.Tokens.Limit > 0 {
 		d.Tokens.Remaining = -1
 	}
+	if d.Budget.Limit > 0 {
+		d.Budget.Spent, d.Budget.Reserved, d.Budget.Own = -1, -1, 0
+	}
 	return d
 }
 
 // decide turns a store's outcome into a Decision.
 func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *localStore, redis *redisStore) Decision {
-	d := Decision{Allowed: o.allowed, org: org, local: local, redis: redis}
+	d := Decision{Allowed: o.allowed, org: org, local: local, redis: redis, price: l.price}
+	if c.budget.on() {
+		p := c.budget.periods[o.period]
+		d.Budget = Spend{Limit: Yuan(c.budget.limit), Per: lim.per, Reset: p.end, Spent: Yuan(o.spent), Reserved: Yuan(o.reserved)}
+		if o.allowed && c.budget.cost >= 0 {
+			d.Budget.Own = Yuan(c.budget.cost)
+			d.spend = spendSettle{period: p.name, end: p.end.UnixMicro(), slot: o.slot, release: c.budget.cost}
+		}
+	}
 	if c.req.on() {
 		d.Requests = Quota{Limit: lim.rpm, Remaining: max(o.req/unit, 0)}
 	}
@@ -276,9 +360,15 @@ func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *l
 	if o.reqWait > 0 {
 		// Until the requests bucket refills one request, every admission
 		// of this org is refused, on every instance: remember it.
-		over := Decision{Bucket: BucketRequests, Message: requestsMessage(lim, org), Requests: Quota{Limit: lim.rpm}, Tokens: d.Tokens}
+		over := Decision{Bucket: BucketRequests, Message: requestsMessage(lim, org), Requests: Quota{Limit: lim.rpm}, Tokens: d.Tokens, Budget: d.Budget}
 		now := l.now()
 		l.over.note(org, now, now.Add(time.Duration(o.reqWait)*time.Microsecond), over)
+	}
+	if o.budgetRefused && o.reqWait == 0 {
+		d.Bucket = BucketBudget
+		d.Message = budgetMessage(lim, org, d.Budget.Reset)
+		d.RetryAfter = max((d.Budget.Reset.Sub(l.now())+time.Second-1)/time.Second*time.Second, time.Second)
+		return d
 	}
 	wait := max(o.reqWait, o.tokWait, o.holdWait)
 	secs := max((wait+999_999)/1_000_000, 1)
@@ -302,28 +392,45 @@ func requestsMessage(lim orgLimits, org string) string {
 }
 
 // Settle corrects an admitted evaluation's token charge to the upstream's
-// count: actualTokens is usage.input_tokens of a 200, or 0 when the upstream
-// failed or the gateway refused the request after admitting it (nothing was
-// billed, everything is refunded). The difference goes to the store that
-// charged: at once in process, queued for Redis (off the response path; a
-// queue of at most one entry per organization, dropped while Redis is lost).
-// A refund never lifts a bucket above capacity; an extra charge may put it in
-// debt, at most one bucket deep. Settle does nothing for a refused Decision,
-// nor for one that no store charged (on_store_error allow after a failure).
+// count, charges its cost to the budget and releases its reservation:
+// actualTokens is usage.input_tokens of a 200 (the estimate for a 200
+// without usage), or 0 when the upstream failed or the gateway refused the
+// request after admitting it (nothing was billed, everything is refunded).
+// The cost is at the price of the admission's config, so that a price
+// changed by a reload applies from the next request. The difference goes to
+// the store that charged: at once in process, queued for Redis (off the
+// response path; a queue of at most one entry per organization, dropped
+// while Redis is lost: a reservation whose settlement is lost lapses after
+// 10 to 11 minutes, a charge is lost). A refund never lifts a bucket above
+// capacity; an extra charge may put it in debt, at most one bucket deep.
+// Settle does nothing for a refused Decision, nor for one that no store
+// charged (on_store_error allow after a failure).
 func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	if !d.Allowed || (d.local == nil && d.redis == nil) {
 		return
 	}
 	lim := l.limitsFor(d.org)
-	delta := clampTokens(max(actualTokens, 0)-d.Charged, lim)
-	if delta == 0 || lim.tps == 0 {
+	var delta int64
+	if lim.tps > 0 {
+		delta = clampTokens(max(actualTokens, 0)-d.Charged, lim)
+	}
+	var sp *spendSettle
+	if d.spend.period != "" {
+		s := d.spend
+		s.charge = cost(actualTokens, d.price)
+		if s.charge > 0 || s.release > 0 {
+			sp = &s
+		}
+	}
+	if delta == 0 && sp == nil {
 		return
 	}
 	if d.redis != nil {
-		d.redis.settle(d.org, lim, delta)
+		d.redis.settle(d.org, lim, delta, sp)
 		return
 	}
-	d.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, micros(l.now()))
+	t := l.now()
+	d.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, sp, micros(t), t.UnixMicro())
 }
 
 // Hold refuses org's evaluations for retryAfter (at least 1s, at most an

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +52,48 @@ type localShard struct {
 type localEntry struct {
 	req, tok  stored
 	holdUntil int64 // microseconds
-	// expires is when every bucket is full and no hold is left: from then on
-	// the entry is indistinguishable from no entry (the Redis keys' PEXPIRE).
+	// spends are the organization's budget periods with something spent or
+	// reserved: one, two around a boundary.
+	spends []spendState
+	// expires is when every bucket is full, no hold is left and no period
+	// is kept: from then on the entry is indistinguishable from no entry
+	// (the Redis keys' PEXPIRE).
 	expires int64
+}
+
+// spendState is an organization's budget in one period: the Redis hash
+// <prefix>{<org>}:budget:<period>.
+type spendState struct {
+	period   string
+	expires  int64 // microseconds: the period's end plus periodMargin
+	spent    int64 // nano-yuan
+	reserved []reservation
+}
+
+// reservation is what the requests admitted in one minute reserved.
+type reservation struct{ slot, amount int64 }
+
+// spend returns the state of period, or nil.
+func (e *localEntry) spend(period string) *spendState {
+	for i := range e.spends {
+		if e.spends[i].period == period {
+			return &e.spends[i]
+		}
+	}
+	return nil
+}
+
+// lapse forgets the reservations filed before the lease of slot's minute.
+func (s *spendState) lapse(slot int64) {
+	s.reserved = slices.DeleteFunc(s.reserved, func(r reservation) bool { return r.slot <= slot-leaseSlots })
+}
+
+func (s *spendState) live() int64 {
+	var sum int64
+	for _, r := range s.reserved {
+		sum += r.amount
+	}
+	return sum
 }
 
 func newLocalStore() *localStore {
@@ -121,7 +161,7 @@ func (s *localStore) with(org string, now int64, fn func(*localEntry) *localEntr
 	}
 }
 
-func (s *localStore) admit(org string, c check, now int64) outcome {
+func (s *localStore) admit(org string, c check, now, wall int64) outcome {
 	var o outcome
 	s.with(org, now, func(e *localEntry) *localEntry {
 		if e == nil {
@@ -133,6 +173,29 @@ func (s *localStore) admit(org string, c check, now int64) outcome {
 		}
 		if c.tok.on() {
 			tok = refill(c.tok, e.tok, now)
+		}
+		var sp *spendState
+		if c.budget.on() {
+			// In process the limiter's clock is the store's: the period
+			// is the one that holds it.
+			o.period, o.slot = 1, wall/slotMicros
+			if sp = e.spend(c.budget.periods[1].name); sp != nil {
+				sp.lapse(o.slot)
+				o.spent, o.reserved = sp.spent, sp.live()
+			}
+			o.budgetRefused = c.budget.cost >= 0 && o.spent+o.reserved >= c.budget.limit
+		}
+		if o.budgetRefused {
+			// The request counts one request, as the gateway's own
+			// answers do, and changes nothing else.
+			if c.usesReq() {
+				if o.reqWait = waitFor(c.req, req, c.reqCost); o.reqWait == 0 {
+					req -= c.reqCost
+					e.req = stored{level: req, at: now, known: true}
+				}
+			}
+			o.req, o.tok = req, tok
+			return e.keep(c.req, c.tok, req, tok, now)
 		}
 		if c.hold && e.holdUntil > now {
 			o.holdWait = e.holdUntil - now
@@ -153,6 +216,19 @@ func (s *localStore) admit(org string, c check, now int64) outcome {
 				tok -= c.tokCost
 				e.tok = stored{level: tok, at: now, known: true}
 			}
+			if c.budget.on() && c.budget.cost > 0 {
+				if sp == nil {
+					p := c.budget.periods[1]
+					e.spends = append(e.spends, spendState{period: p.name, expires: micros(p.end) + periodMargin.Microseconds()})
+					sp = &e.spends[len(e.spends)-1]
+				}
+				if n := len(sp.reserved); n > 0 && sp.reserved[n-1].slot == o.slot {
+					sp.reserved[n-1].amount += c.budget.cost
+				} else {
+					sp.reserved = append(sp.reserved, reservation{o.slot, c.budget.cost})
+				}
+				o.reserved += c.budget.cost
+			}
 		}
 		o.req, o.tok = req, tok
 		return e.keep(c.req, c.tok, req, tok, now)
@@ -160,23 +236,55 @@ func (s *localStore) admit(org string, c check, now int64) outcome {
 	return o
 }
 
-// settle charges delta units to org's token bucket (a refund when negative).
-func (s *localStore) settle(org string, req, tok spec, delta, now int64) {
-	if !tok.on() {
+// settle charges delta units to org's token bucket (a refund when
+// negative), and settles a budget reservation if sp is set.
+func (s *localStore) settle(org string, req, tok spec, delta int64, sp *spendSettle, now, wall int64) {
+	if !tok.on() && sp == nil {
 		return
 	}
 	s.with(org, now, func(e *localEntry) *localEntry {
 		if e == nil {
 			e = &localEntry{}
 		}
-		t := settled(tok, refill(tok, e.tok, now), delta)
-		e.tok = stored{level: t, at: now, known: true}
-		var r int64
+		var r, t int64
 		if req.on() {
 			r = refill(req, e.req, now)
 		}
+		if tok.on() {
+			t = refill(tok, e.tok, now)
+			if delta != 0 {
+				t = settled(tok, t, delta)
+				e.tok = stored{level: t, at: now, known: true}
+			}
+		}
+		if sp != nil {
+			e.settleSpend(*sp, wall)
+		}
 		return e.keep(req, tok, r, t, now)
 	})
+}
+
+// settleSpend charges the period sp names and releases the reservation's
+// part of its minute. A period that has no state is created for a charge,
+// unless it ended more than periodMargin ago.
+func (e *localEntry) settleSpend(sp spendSettle, wall int64) {
+	st := e.spend(sp.period)
+	if st == nil {
+		if sp.charge <= 0 || sp.end+periodMargin.Microseconds() <= wall {
+			return
+		}
+		e.spends = append(e.spends, spendState{period: sp.period, expires: sp.end + periodMargin.Microseconds()})
+		st = &e.spends[len(e.spends)-1]
+	}
+	st.spent = min(st.spent+max(sp.charge, 0), int64(maxSpent))
+	for i := range st.reserved {
+		if r := &st.reserved[i]; r.slot == sp.slot {
+			if r.amount -= sp.release; r.amount <= 0 {
+				st.reserved = slices.Delete(st.reserved, i, i+1)
+			}
+			break
+		}
+	}
 }
 
 // hold refuses org's evaluations until the given microsecond.
@@ -204,8 +312,16 @@ func (s *localStore) holdWait(org string, now int64) int64 {
 }
 
 // keep sets e's expiry from the levels at now, and drops e if that is now.
+// A budget period is kept until periodMargin after it ends, while it holds
+// anything spent or reserved.
 func (e *localEntry) keep(req, tok spec, reqLevel, tokLevel, now int64) *localEntry {
+	e.spends = slices.DeleteFunc(e.spends, func(s spendState) bool {
+		return s.expires <= now || s.spent <= 0 && len(s.reserved) == 0
+	})
 	e.expires = now + max(fullIn(req, reqLevel), fullIn(tok, tokLevel), e.holdUntil-now)
+	for _, s := range e.spends {
+		e.expires = max(e.expires, s.expires)
+	}
 	if e.expires <= now {
 		return nil
 	}

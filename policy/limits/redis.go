@@ -66,8 +66,21 @@ type redisStore struct {
 }
 
 type pendingSettle struct {
-	lim   orgLimits // of the latest settlement
-	delta int64     // tokens
+	lim   orgLimits     // of the latest settlement
+	delta int64         // tokens
+	spend []spendSettle // by period and minute
+}
+
+// add merges a budget settlement into p's.
+func (p *pendingSettle) add(sp spendSettle) {
+	for i := range p.spend {
+		if q := &p.spend[i]; q.period == sp.period && q.slot == sp.slot {
+			q.charge += sp.charge
+			q.release += sp.release
+			return
+		}
+	}
+	p.spend = append(p.spend, sp)
 }
 
 func newRedisStore(client RedisClient, prefix string, timeout time.Duration, logger *zap.Logger) *redisStore {
@@ -109,6 +122,11 @@ func (s *redisStore) keys(org string) (bucket, hold string) {
 	return base + "b", base + "h"
 }
 
+// budgetKey names org's budget hash for a period.
+func (s *redisStore) budgetKey(org, period string) string {
+	return s.prefix + "{" + keyOrg(org) + "}:budget:" + period
+}
+
 func (s *redisStore) clockArg() string {
 	if s.now == nil {
 		return ""
@@ -144,9 +162,17 @@ func (s *redisStore) admit(ctx context.Context, org string, c check, localHold i
 	if c.hold {
 		holdArg = "1"
 	}
-	res, err := s.run(ctx, admitScript, []string{bucket, hold},
-		s.clockArg(), c.req.capacity, c.req.rate, c.tok.capacity, c.tok.rate,
-		c.reqCost, c.tokCost, holdArg, localHold)
+	keys := []string{bucket, hold}
+	args := []any{s.clockArg(), c.req.capacity, c.req.rate, c.tok.capacity, c.tok.rate,
+		c.reqCost, c.tokCost, holdArg, localHold}
+	if b := c.budget; b.on() {
+		for _, p := range b.periods {
+			keys = append(keys, s.budgetKey(org, p.name))
+		}
+		args = append(args, b.limit, b.cost,
+			b.periods[1].start.UnixMicro(), b.periods[1].end.UnixMicro(), b.periods[2].end.UnixMicro())
+	}
+	res, err := s.run(ctx, admitScript, keys, args...)
 	var o outcome
 	if err == nil {
 		o, err = parseOutcome(res)
@@ -159,16 +185,20 @@ var errBadReply = errors.New("unexpected reply from the admission script")
 
 func parseOutcome(res any) (outcome, error) {
 	v, ok := res.([]any)
-	if !ok || len(v) != 6 {
+	if !ok || len(v) != 11 {
 		return outcome{}, fmt.Errorf("%w: %T", errBadReply, res)
 	}
-	var n [6]int64
+	var n [11]int64
 	for i := range v {
 		if n[i], ok = v[i].(int64); !ok {
 			return outcome{}, fmt.Errorf("%w: %T at %d", errBadReply, v[i], i)
 		}
 	}
-	return outcome{allowed: n[0] == 1, req: n[1], tok: n[2], reqWait: n[3], tokWait: n[4], holdWait: n[5]}, nil
+	if n[6] < 0 || n[6] > 3 {
+		return outcome{}, fmt.Errorf("%w: period %d", errBadReply, n[6])
+	}
+	return outcome{allowed: n[0] == 1, req: n[1], tok: n[2], reqWait: n[3], tokWait: n[4], holdWait: n[5],
+		period: max(int(n[6])-1, 0), spent: n[7], reserved: n[8], slot: n[9], budgetRefused: n[10] == 1}, nil
 }
 
 // observe tracks Redis's health from one call's result.
@@ -283,10 +313,11 @@ func classify(err error) (class string, outage bool) {
 	return "connection", true
 }
 
-// settle queues a charge (refund when negative) of delta tokens for org.
-// It never blocks: amounts for one organization add up while they wait,
-// and past maxPending organizations new ones are dropped.
-func (s *redisStore) settle(org string, lim orgLimits, delta int64) {
+// settle queues a charge (refund when negative) of delta tokens for org,
+// and a budget settlement if sp is set. It never blocks: amounts for one
+// organization add up while they wait, and past maxPending organizations
+// new ones are dropped.
+func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle) {
 	s.mu.Lock()
 	p, queued := s.settles[org]
 	switch {
@@ -297,7 +328,11 @@ func (s *redisStore) settle(org string, lim orgLimits, delta int64) {
 			s.logger.Warn("redis settlement queue full; dropping settlements", zap.Int("pending", len(s.settles)))
 		}
 	default:
-		s.settles[org] = pendingSettle{lim: lim, delta: p.delta + delta}
+		p.lim, p.delta = lim, p.delta+delta
+		if sp != nil {
+			p.add(*sp)
+		}
+		s.settles[org] = p
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -387,8 +422,13 @@ func (s *redisStore) flush() {
 		}
 		bucket, _ := s.keys(org)
 		req, tok := p.lim.requests(), p.lim.tokens()
-		_, err := s.run(ctx, settleScript, []string{bucket},
-			s.clockArg(), req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit)
+		keys := []string{bucket}
+		args := []any{s.clockArg(), req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim) * unit}
+		for _, sp := range p.spend {
+			keys = append(keys, s.budgetKey(org, sp.period))
+			args = append(args, sp.charge, sp.release, sp.slot, sp.end)
+		}
+		_, err := s.run(ctx, settleScript, keys, args...)
 		s.observe(ctx, err)
 	}
 }

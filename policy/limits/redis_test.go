@@ -24,50 +24,83 @@ import (
 
 const slow = caddy.Duration(5 * time.Second) // for tests about anything but timeouts
 
-// public strips what a Decision holds for Settle.
+// public strips what a Decision holds for Settle, and the location of its
+// reset (each limiter loads its own).
 func public(d Decision) Decision {
 	d.org, d.local, d.redis = "", nil, nil
+	d.Budget.Reset = d.Budget.Reset.UTC()
 	return d
 }
 
 // TestRedisMatchesInProcess drives both stores through the same random
-// history on the same clock: every decision must be identical.
+// history on the same clock: every decision must be identical. The history
+// crosses midnight on a DST day in the budget's zone, settles requests out
+// of order (some never), and lets reservations lapse.
 func TestRedisMatchesInProcess(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := Config{
 		RequestsPerMinute: i64(20), TokensPerSecond: i64(300), TokenBurst: i64(5000),
-		Orgs: map[string]Override{"b{x}": {RequestsPerMinute: i64(0)}, "c": {TokensPerSecond: i64(0)}, "d": {TokenBurst: i64(100)}},
+		Budget: &Budget{Yuan: 100_000_000, Per: PerDay}, Price: yp(nanoPerYuan), BudgetTimezone: "America/New_York",
+		Orgs: map[string]Override{
+			"b{x}": {RequestsPerMinute: i64(0)}, "c": {TokensPerSecond: i64(0)}, "d": {TokenBurst: i64(100)},
+			"e": {Budget: &Budget{Yuan: 5_000_000, Per: PerMonth}, RequestsPerMinute: i64(0), TokensPerSecond: i64(0)},
+			"f": {Budget: &Budget{}},
+		},
 	}
 	clk := newFakeClock()
+	// Ten minutes before New York's midnight into its 23-hour day.
+	clk.set(time.Date(2027, 3, 13, 23, 50, 0, 0, zone(t, "America/New_York")))
 	mem, _ := newLimiter(t, cfg, clk, true)
 	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
 	red, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	orgs := []string{"a", "b{x}", "c", "d"}
-	last := map[string][2]Decision{}
-	for i := range 3000 {
+	orgs := []string{"a", "b{x}", "c", "d", "e", "f"}
+	pending := map[string][][2]Decision{} // admitted, not settled yet
+	var boundaries int
+	outcomes := map[string]int{}
+	day := clk.now().Day()
+	for i := range 4000 {
 		org := orgs[rng.IntN(len(orgs))]
 		var dm, dr Decision
-		switch op := rng.IntN(10); {
-		case op < 5:
+		switch op := rng.IntN(100); {
+		case op < 50:
 			est := rng.Int64N(3000)
 			dm, dr = mem.Admit(bg, org, est), red.Admit(bg, org, est)
-			last[org] = [2]Decision{dm, dr}
-		case op < 6:
+			if dm.Allowed {
+				pending[org] = append(pending[org], [2]Decision{dm, dr})
+			}
+			outcomes[dm.Bucket]++
+		case op < 60:
 			dm, dr = mem.AdmitRequest(bg, org), red.AdmitRequest(bg, org)
-		case op < 7:
+		case op < 70:
 			d := time.Duration(rng.Int64N(int64(4 * time.Second)))
 			hold(mem, org, d)
 			hold(red, org, d)
 			continue
-		case op < 8:
+		case op < 85:
+			p := pending[org]
+			if len(p) == 0 {
+				continue
+			}
+			j := rng.IntN(len(p))
 			actual := rng.Int64N(6000)
-			settle(mem, last[org][0], actual)
-			settle(red, last[org][1], actual)
+			if rng.IntN(4) == 0 {
+				actual = 0 // failed: not billed
+			}
+			settle(mem, p[j][0], actual)
+			settle(red, p[j][1], actual)
+			pending[org] = append(p[:j], p[j+1:]...)
+			continue
+		case op < 99:
+			clk.advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
 			continue
 		default:
-			clk.advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
+			// Long enough for reservations never settled to lapse.
+			clk.advance(time.Duration(rng.Int64N(int64(2 * time.Hour))))
+			if d := clk.now().Day(); d != day {
+				boundaries, day = boundaries+1, d
+			}
 			continue
 		}
 		if public(dm) != public(dr) {
@@ -77,6 +110,10 @@ func TestRedisMatchesInProcess(t *testing.T) {
 			t.Fatalf("step %d: redis failed", i)
 		}
 	}
+	if outcomes[BucketBudget] < 100 || outcomes[""] < 500 || outcomes[BucketTokens] < 20 || boundaries == 0 {
+		t.Fatalf("admissions by outcome %v, %d midnights: the history does not exercise budgets and buckets", outcomes, boundaries)
+	}
+	t.Logf("admissions by outcome %v, %d midnights crossed", outcomes, boundaries)
 }
 
 // TestRedisServerClock runs on the Redis server's TIME, as in production.
@@ -582,10 +619,10 @@ func TestRedisSettlementQueueIsBounded(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	s := &redisStore{logger: zap.New(core), settles: map[string]pendingSettle{}, holds: map[string]time.Duration{}, kick: make(chan struct{}, 1)}
 	for i := range maxPending + 500 {
-		s.settle("org"+strconv.Itoa(i), defaultLimits, -10)
+		s.settle("org"+strconv.Itoa(i), defaultLimits, -10, nil)
 		s.hold("org"+strconv.Itoa(i), time.Second)
 	}
-	s.settle("org1", defaultLimits, 30) // an org already queued still adds up
+	s.settle("org1", defaultLimits, 30, nil) // an org already queued still adds up
 	if len(s.settles) != maxPending || len(s.holds) != maxPending || s.settles["org1"].delta != 20 {
 		t.Fatalf("%d settlements, %d holds queued, org1 %+v", len(s.settles), len(s.holds), s.settles["org1"])
 	}

@@ -1,12 +1,20 @@
 package limits
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
 
-// The Redis scripts transliterate bucket.go. Every organization has two keys
-// sharing the hash tag {org}, so they live in one Redis Cluster slot:
+	"github.com/redis/go-redis/v9"
+)
+
+// The Redis scripts transliterate bucket.go and the budget arithmetic of
+// local.go. Every organization's keys share the hash tag {org}, so they live
+// in one Redis Cluster slot and one script serves them all:
 //
-//	<prefix>{<org>}:b  hash: r, ra (requests level, at), t, ta (tokens level, at)
-//	<prefix>{<org>}:h  string: hold until (microseconds)
+//	<prefix>{<org>}:b                hash: r, ra (requests level, at), t, ta (tokens level, at)
+//	<prefix>{<org>}:h                string: hold until (microseconds)
+//	<prefix>{<org>}:budget:<period>  hash: s (spent), r<minute> (reserved by
+//	                                 the requests admitted in that minute), in
+//	                                 nano-yuan; <period> is 2026-11-30 or 2026-11
 //
 // Time is the Redis server's TIME in microseconds (ARGV[1] = "" ; tests pin a
 // clock by passing one), so gateway clocks never matter. Numbers are written
@@ -44,16 +52,59 @@ local function expire()
 end
 `
 
-// admitScript checks and debits both buckets (and checks the hold) in one
-// round trip. ARGV: now, rcap, rrate, tcap, trate (units, units/µs; cap 0 is
-// off), rcost, tcost (units; negative: not consulted), hold ("1": check it),
-// the caller's own hold (µs left). Returns {allowed, r, t, rwait, twait,
-// holdwait}.
+// admitScript checks and debits both buckets (and checks the hold), and
+// checks and reserves the budget, in one round trip: a refusal by any of
+// them changes none of them, except that a budget refusal counts its one
+// request when the requests bucket can pay. ARGV: now, rcap, rrate, tcap,
+// trate (units, units/µs; cap 0 is off), rcost, tcost (units; negative: not
+// consulted), hold ("1": check it), the caller's own hold (µs left); then
+// the budget (nano-yuan; 0: none), its reservation (nano-yuan; negative:
+// read only), and the boundaries of the three periods KEYS[3..5] name
+// (previous, current, next: the current one's start and end, the next one's
+// end; unix µs): the script takes the one that holds its clock. Returns
+// {allowed, r, t, rwait, twait, holdwait, period (1-3, 0 without budget),
+// spent, reserved, minute, budget refused}.
 var admitScript = redis.NewScript(scriptPrelude + `
 local rcost, tcost = tonumber(ARGV[6]), tonumber(ARGV[7])
 local usereq = rcap > 0 and rcost >= 0
 local usetok = tcap > 0 and tcost >= 0
 local holdwait, rwait, twait = 0, 0, 0
+local blim, bcost = tonumber(ARGV[10]) or 0, tonumber(ARGV[11]) or -1
+local bidx, spent, resv, slot, bref = 0, 0, 0, 0, 0
+local bkey, bend
+if blim > 0 then
+  local b1, b2 = tonumber(ARGV[12]), tonumber(ARGV[13])
+  bidx, bend = 2, b2
+  if now < b1 then bidx, bend = 1, b1 elseif now >= b2 then bidx, bend = 3, tonumber(ARGV[14]) end
+  bkey = KEYS[2 + bidx]
+  slot = math.floor(now / ` + slotMicrosLua + `)
+  local h = redis.call('HGETALL', bkey)
+  local lapsed = {}
+  for i = 1, #h, 2 do
+    local f, v = h[i], tonumber(h[i + 1])
+    if f == 's' then
+      spent = v
+    elseif tonumber(string.sub(f, 2)) > slot - ` + leaseSlotsLua + ` then
+      resv = resv + v
+    else
+      lapsed[#lapsed + 1] = f
+    end
+  end
+  if #lapsed > 0 then redis.call('HDEL', bkey, unpack(lapsed)) end
+  if bcost >= 0 and spent + resv >= blim then bref = 1 end
+end
+if bref == 1 then
+  if usereq then
+    if r < rcost then
+      rwait = math.ceil((rcost - r) / rrate)
+    else
+      r = r - rcost
+      redis.call('HSET', KEYS[1], 'r', int(r), 'ra', int(now))
+      expire()
+    end
+  end
+  return {0, r, t, rwait, 0, 0, bidx, spent, resv, slot, 1}
+end
 if ARGV[8] == '1' then
   local h = tonumber(redis.call('GET', KEYS[2]))
   if h and h > now then holdwait = h - now end
@@ -75,14 +126,45 @@ if ok and (usereq or usetok) then
   redis.call('HSET', KEYS[1], unpack(f))
   expire()
 end
-return {ok and 1 or 0, r, t, rwait, twait, holdwait}
+if ok and bidx > 0 and bcost > 0 then
+  redis.call('HINCRBY', bkey, 'r' .. int(slot), ARGV[11])
+  redis.call('PEXPIRE', bkey, math.ceil((bend - now) / 1000) + ` + periodMarginLua + `)
+  resv = resv + bcost
+end
+return {ok and 1 or 0, r, t, rwait, twait, holdwait, bidx, spent, resv, slot, 0}
 `)
 
 // settleScript charges ARGV[6] units to the token bucket (a refund when
-// negative), between one bucket of debt and a full bucket. ARGV[1..5] as
-// admitScript. Returns the new token level.
+// negative), between one bucket of debt and a full bucket; ARGV[1..5] as
+// admitScript. Each further key is a budget period, with four ARGV from
+// ARGV[7] on: the charge, the reservation to release, the minute it was
+// filed under, and the period's end (unix µs). A period that is gone is
+// created for a charge, unless it ended more than the margin ago. Returns
+// the new token level.
 var settleScript = redis.NewScript(scriptPrelude + `
-if tcap == 0 then return 0 end
+for i = 2, #KEYS do
+  local k, a = KEYS[i], 7 + (i - 2) * 4
+  local charge, release = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  if redis.call('EXISTS', k) == 1 then
+    if charge > 0 then
+      local s = redis.call('HINCRBY', k, 's', ARGV[a])
+      if s > ` + maxSpentLua + ` then redis.call('HSET', k, 's', ` + maxSpentLua + `) end
+    end
+    local f = 'r' .. ARGV[a + 2]
+    local left = tonumber(redis.call('HGET', k, f))
+    if left then
+      left = left - release
+      if left > 0 then redis.call('HSET', k, f, int(left)) else redis.call('HDEL', k, f) end
+    end
+  elseif charge > 0 then
+    local ttl = math.ceil((tonumber(ARGV[a + 3]) - now) / 1000) + ` + periodMarginLua + `
+    if ttl > 0 then
+      redis.call('HSET', k, 's', int(math.min(charge, ` + maxSpentLua + `)))
+      redis.call('PEXPIRE', k, ttl)
+    end
+  end
+end
+if tcap == 0 or tonumber(ARGV[6]) == 0 then return t end
 t = math.min(math.max(t - tonumber(ARGV[6]), -tcap), tcap)
 redis.call('HSET', KEYS[1], 't', int(t), 'ta', int(now))
 expire()
@@ -104,3 +186,11 @@ if cur == nil or cur < now + d then
 end
 return 0
 `)
+
+// The budget constants, as the scripts write them.
+var (
+	slotMicrosLua   = strconv.Itoa(slotMicros)
+	leaseSlotsLua   = strconv.Itoa(leaseSlots)
+	periodMarginLua = strconv.FormatInt(periodMargin.Milliseconds(), 10)
+	maxSpentLua     = strconv.FormatInt(int64(maxSpent), 10)
+)

@@ -1,0 +1,652 @@
+package limits
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/systemone/systemone-gateway/internal/faultproxy"
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+func yp(y Yuan) *Yuan { return &y }
+
+func zone(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
+// budgetConfig is a budget of 0.01 yuan per per at 1 yuan per million
+// tokens (1,000 nano-yuan a token): 10,000 tokens a period. The buckets
+// are off, so that only the budget refuses.
+func budgetConfig(per, tz string) Config {
+	return Config{
+		RequestsPerMinute: i64(0), TokensPerSecond: i64(0),
+		Budget: &Budget{Yuan: 10_000_000, Per: per}, Price: yp(nanoPerYuan), BudgetTimezone: tz,
+	}
+}
+
+func mustSpend(t *testing.T, d Decision, spent, reserved, own Yuan) {
+	t.Helper()
+	if b := d.Budget; b.Spent != spent || b.Reserved != reserved || b.Own != own {
+		t.Fatalf("budget %+v, want spent %d reserved %d own %d", b, spent, reserved, own)
+	}
+}
+
+func mustRefuseBudget(t *testing.T, d Decision, msg string) {
+	t.Helper()
+	if d.Allowed || d.Unavailable || d.Bucket != BucketBudget || d.Message != msg {
+		t.Fatalf("got %+v\nwant refused by the budget: %q", d, msg)
+	}
+}
+
+func TestParseYuan(t *testing.T) {
+	for in, want := range map[string]Yuan{"5": 5 * nanoPerYuan, "5.00": 5 * nanoPerYuan, "0.042": 42_000_000, "2.5": 2_500_000_000, ".5": 500_000_000,
+		"0.000000001": 1, "1000000": maxBudget} {
+		if got, err := ParseYuan(in); err != nil || got != want {
+			t.Errorf("ParseYuan(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", ".", "-1", "1e3", "0.0000000001", "1,5", "five", "1234567890"} {
+		if _, err := ParseYuan(in); err == nil {
+			t.Errorf("ParseYuan(%q) accepted", in)
+		}
+	}
+	for y, want := range map[Yuan]string{5 * nanoPerYuan: "5.00", 42_000_000: "0.042", 2_500_000_000: "2.50", 1: "0.000000001"} {
+		if got := y.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int64(y), got, want)
+		}
+	}
+	// Headers print at most 6 decimals, rounded down.
+	if got := Yuan(4_999_999_999).format(2, 6); got != "4.999999" {
+		t.Errorf("format = %q", got)
+	}
+	var b Budget
+	if err := json.Unmarshal([]byte(`{"yuan": 2.50, "per": "day"}`), &b); err != nil || b.Yuan != 2_500_000_000 {
+		t.Errorf("JSON budget %+v %v", b, err)
+	}
+	if out, _ := json.Marshal(Config{Budget: &Budget{Yuan: 2 * nanoPerYuan, Per: PerDay}, Price: yp(DefaultPrice)}); !strings.Contains(string(out), `"budget":{"yuan":2,"per":"day"},"price":0.042`) {
+		t.Errorf("JSON %s", out)
+	}
+}
+
+func TestBudgetValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Budget: &Budget{Yuan: maxBudget + nanoPerMicro, Per: PerDay}}, "budget 1000000.000001: want 0 to 1000000 yuan"},
+		{Config{Budget: &Budget{Yuan: 1, Per: PerDay}}, "budget 0.000000001: at most 6 decimals"},
+		{Config{Budget: &Budget{Yuan: nanoPerYuan, Per: "week"}}, `budget 1.00 per "week": want per day or per month`},
+		{Config{Price: yp(0)}, "price 0.00: want more than 0 and at most 1000 yuan per million input tokens"},
+		{Config{Price: yp(maxPrice + nanoPerMicro)}, "price 1000.000001: want more than 0"},
+		{Config{Price: yp(42_000_001)}, "price 0.042000001: at most 6 decimals"},
+		{Config{BudgetTimezone: "Mars/Olympus"}, `budget_timezone "Mars/Olympus": not an IANA time zone`},
+		{Config{Orgs: map[string]Override{"acme": {Budget: &Budget{Yuan: -1}}}}, `org "acme": budget -0.000000001: want 0 to 1000000 yuan`},
+	} {
+		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	ok := Config{Budget: &Budget{Yuan: maxBudget, Per: PerMonth}, Price: yp(maxPrice), BudgetTimezone: "Asia/Shanghai",
+		Orgs: map[string]Override{"free": {Budget: &Budget{}}}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+}
+
+func TestCost(t *testing.T) {
+	for _, tc := range []struct {
+		tokens int64
+		price  Yuan
+		want   int64
+	}{
+		{1_000_000, DefaultPrice, 42_000_000}, // 0.042 yuan
+		{1, DefaultPrice, 42},
+		{0, DefaultPrice, 0},
+		{-5, DefaultPrice, 0},
+		{3, 42_500_000, 128}, // 127.5 rounds up
+		{maxCostTokens * 10, maxPrice, int64(maxBudget)},
+	} {
+		if got := cost(tc.tokens, tc.price); got != tc.want {
+			t.Errorf("cost(%d, %s) = %d, want %d", tc.tokens, tc.price, got, tc.want)
+		}
+	}
+}
+
+func TestPeriods(t *testing.T) {
+	for _, tc := range []struct {
+		name, zone, per, at string // at: RFC 3339
+		period, start, end  string
+	}{
+		{"utc day", "UTC", PerDay, "2026-11-30T23:59:59Z", "2026-11-30", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
+		{"utc month", "UTC", PerMonth, "2026-11-30T23:59:59Z", "2026-11", "2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z"},
+		{"year rollover", "Asia/Shanghai", PerMonth, "2026-12-31T16:00:00Z", "2027-01", "2027-01-01T00:00:00+08:00", "2027-02-01T00:00:00+08:00"},
+		{"shanghai day", "Asia/Shanghai", PerDay, "2026-11-30T15:59:59Z", "2026-11-30", "2026-11-30T00:00:00+08:00", "2026-12-01T00:00:00+08:00"},
+		{"february", "UTC", PerMonth, "2028-02-29T12:00:00Z", "2028-02", "2028-02-01T00:00:00Z", "2028-03-01T00:00:00Z"},
+		// New York springs forward at 2am on 8 March: a day of 23 hours.
+		{"dst short day", "America/New_York", PerDay, "2026-03-08T12:00:00-04:00", "2026-03-08", "2026-03-08T00:00:00-05:00", "2026-03-09T00:00:00-04:00"},
+		{"dst long day", "America/New_York", PerDay, "2026-11-01T23:30:00-05:00", "2026-11-01", "2026-11-01T00:00:00-04:00", "2026-11-02T00:00:00-05:00"},
+		// Santiago skips midnight on 6 September (23:59:59 -04 is followed
+		// by 01:00 -03): that day begins at the jump.
+		{"skipped midnight, before", "America/Santiago", PerDay, "2026-09-05T23:59:59-04:00", "2026-09-05", "2026-09-05T00:00:00-04:00", "2026-09-06T01:00:00-03:00"},
+		{"skipped midnight, after", "America/Santiago", PerDay, "2026-09-06T01:00:00-03:00", "2026-09-06", "2026-09-06T01:00:00-03:00", "2026-09-07T00:00:00-03:00"},
+		{"skipped midnight, in the hour before", "America/Santiago", PerDay, "2026-09-05T23:30:00-04:00", "2026-09-05", "2026-09-05T00:00:00-04:00", "2026-09-06T01:00:00-03:00"},
+		{"skipped midnight, month", "America/Havana", PerMonth, "2026-03-20T12:00:00-04:00", "2026-03", "2026-03-01T00:00:00-05:00", "2026-04-01T00:00:00-04:00"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at, err := time.Parse(time.RFC3339, tc.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loc := zone(t, tc.zone)
+			p := periodOf(at, tc.per, loc)
+			if p.name != tc.period || p.start.Format(time.RFC3339) != tc.start || p.end.Format(time.RFC3339) != tc.end {
+				t.Fatalf("period %s [%s, %s), want %s [%s, %s)", p.name, p.start.Format(time.RFC3339), p.end.Format(time.RFC3339), tc.period, tc.start, tc.end)
+			}
+			ps := periodsAround(at, tc.per, loc)
+			if !ps[0].end.Equal(ps[1].start) || !ps[1].end.Equal(ps[2].start) || ps[0].name >= ps[1].name || ps[1].name >= ps[2].name {
+				t.Fatalf("neighbours %+v", ps)
+			}
+		})
+	}
+	// Every instant of two DST years belongs to exactly the period whose
+	// bounds hold it, and consecutive periods meet.
+	for _, name := range []string{"America/Santiago", "America/Havana", "Asia/Beirut", "Europe/London", "Australia/Lord_Howe"} {
+		loc := zone(t, name)
+		for _, per := range BudgetPeriods {
+			prev := periodOf(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), per, loc)
+			for at := prev.end; at.Year() < 2028; {
+				p := periodOf(at, per, loc)
+				if !p.start.Equal(prev.end) || !p.end.After(p.start) || p.name <= prev.name {
+					t.Fatalf("%s %s: %+v after %+v", name, per, p, prev)
+				}
+				for _, probe := range []time.Time{p.start, p.end.Add(-time.Nanosecond), p.start.Add(p.end.Sub(p.start) / 2)} {
+					if q := periodOf(probe, per, loc); q.name != p.name {
+						t.Fatalf("%s %s: %s is in %s, want %s", name, per, probe, q.name, p.name)
+					}
+				}
+				prev, at = p, p.end
+			}
+		}
+	}
+}
+
+func TestBudget(t *testing.T) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+		l, clk := mk(budgetConfig(PerDay, ""))
+		clk.set(time.Date(2026, 11, 23, 18, 0, 30, 0, time.UTC))
+		const msg = "Budget exceeded: 0.01 yuan per day for organization acme, resets at 2026-11-24T00:00:00Z"
+		var admitted []Decision
+		for i := range 5 { // 2,000 tokens reserve 0.002 yuan each
+			d := mustAllow(t, l.Admit(bg, "acme", 2000))
+			mustSpend(t, d, 0, Yuan(2_000_000*(i+1)), 2_000_000)
+			admitted = append(admitted, d)
+		}
+		d := l.Admit(bg, "acme", 1)
+		mustRefuseBudget(t, d, msg)
+		mustSpend(t, d, 0, 10_000_000, 0)
+		if d.RetryAfter != 6*time.Hour-30*time.Second {
+			t.Errorf("retry after %s", d.RetryAfter)
+		}
+		h := http.Header{}
+		d.SetHeaders(h)
+		if h.Get("X-Budget-Limit") != "0.01" || h.Get("X-Budget-Remaining") != "0.00" || h.Get("X-Budget-Reset") != "2026-11-24T00:00:00Z" {
+			t.Errorf("402 headers %v", h)
+		}
+		// A 200 charges its real cost and releases the reservation.
+		settle(l, admitted[0], 1000)
+		d = mustAllow(t, l.Admit(bg, "acme", 1000))
+		mustSpend(t, d, 1_000_000, 9_000_000, 1_000_000)
+		// After its own charge of 400 tokens: 0.01 - 0.001 - 0.008 - 0.0004.
+		if left, ok := d.Budget.Remaining(d.Cost(400)); !ok || left != 600_000 {
+			t.Errorf("remaining after the charge: %d %v", left, ok)
+		}
+		h = http.Header{}
+		d.Budget.SetHeaders(h, d.Cost(400))
+		if h.Get("X-Budget-Remaining") != "0.0006" {
+			t.Errorf("200 headers %v", h)
+		}
+		mustRefuseBudget(t, l.Admit(bg, "acme", 1), msg)
+		// Failures release their reservations and cost nothing.
+		for _, d := range admitted[1:] {
+			settle(l, d, 0)
+		}
+		settle(l, d, 400)
+		d = mustAllow(t, l.Admit(bg, "acme", 0))
+		mustSpend(t, d, 1_400_000, 0, 0)
+		// Only settled costs count: spend up to the budget and past it by
+		// at most the last request admitted.
+		d = mustAllow(t, l.Admit(bg, "acme", 100))
+		settle(l, d, 20_000) // under-estimated: 0.02 yuan
+		d = l.Admit(bg, "acme", 1)
+		mustRefuseBudget(t, d, msg)
+		mustSpend(t, d, 21_400_000, 0, 0)
+		if left, ok := d.Budget.Remaining(0); !ok || left != 0 {
+			t.Errorf("remaining past the budget: %d", left)
+		}
+		// Another org, another budget; the next day, a fresh one.
+		mustAllow(t, l.Admit(bg, "other", 1))
+		clk.set(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
+		d = mustAllow(t, l.Admit(bg, "acme", 1))
+		mustSpend(t, d, 0, 1000, 1000)
+		if d.Budget.Reset.Format(time.RFC3339) != "2026-11-25T00:00:00Z" {
+			t.Errorf("reset %s", d.Budget.Reset)
+		}
+	})
+}
+
+// A request just before and just after midnight in a zone with DST, and
+// across a month's end.
+func TestBudgetPeriodBoundaries(t *testing.T) {
+	for _, tc := range []struct {
+		name, zone, per  string
+		before           time.Time // a second before the boundary
+		reset, nextReset string
+	}{
+		{"dst day", "America/New_York", PerDay, time.Date(2026, 3, 7, 23, 59, 59, 0, zone(t, "America/New_York")),
+			"2026-03-08T00:00:00-05:00", "2026-03-09T00:00:00-04:00"},
+		{"skipped midnight", "America/Santiago", PerDay, time.Date(2026, 9, 5, 23, 59, 59, 0, zone(t, "America/Santiago")),
+			"2026-09-06T01:00:00-03:00", "2026-09-07T00:00:00-03:00"},
+		{"month", "Asia/Shanghai", PerMonth, time.Date(2026, 11, 30, 23, 59, 59, 0, zone(t, "Asia/Shanghai")),
+			"2026-12-01T00:00:00+08:00", "2027-01-01T00:00:00+08:00"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+				l, clk := mk(budgetConfig(tc.per, tc.zone))
+				clk.set(tc.before.Add(-time.Minute))
+				settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10_000) // the whole budget
+				clk.set(tc.before)
+				d := l.Admit(bg, "acme", 1)
+				mustRefuseBudget(t, d, "Budget exceeded: 0.01 yuan per "+tc.per+" for organization acme, resets at "+tc.reset)
+				if d.RetryAfter != time.Second {
+					t.Errorf("retry after %s", d.RetryAfter)
+				}
+				clk.advance(2 * time.Second)
+				d = mustAllow(t, l.Admit(bg, "acme", 1))
+				mustSpend(t, d, 0, 1000, 1000)
+				h := http.Header{}
+				d.SetHeaders(h)
+				if h.Get("X-Budget-Reset") != tc.nextReset || h.Get("X-Budget-Remaining") != "0.01" {
+					t.Errorf("headers after the boundary %v, want reset %s", h, tc.nextReset)
+				}
+				// A request admitted before the boundary settles in its
+				// own period, not in the new one.
+				clk.set(tc.before)
+				late := mustAllow(t, l.Admit(bg, "late", 1000))
+				clk.advance(2 * time.Second)
+				settle(l, late, 10_000)
+				mustSpend(t, mustAllow(t, l.Admit(bg, "late", 0)), 0, 0, 0)
+			})
+		})
+	}
+}
+
+// The Redis script picks the period by the server's clock: a gateway whose
+// clock lags across midnight still charges the day Redis is in.
+func TestRedisBudgetServerClock(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := budgetConfig(PerDay, "")
+	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
+	gw, server := newFakeClock(), newFakeClock()
+	l, _ := newLimiter(t, cfg, gw, false, onRedis(srv.URL()))
+	l.redis.now = server.now
+	gw.set(time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC))
+	server.set(gw.now())
+	settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10_000)
+	gw.set(time.Date(2026, 11, 23, 23, 59, 59, 500_000_000, time.UTC))  // still the 23rd here
+	server.set(time.Date(2026, 11, 24, 0, 0, 0, 500_000_000, time.UTC)) // the 24th in Redis
+	d := mustAllow(t, l.Admit(bg, "acme", 1000))
+	if d.Budget.Reset.Format(time.RFC3339) != "2026-11-25T00:00:00Z" || d.spend.period != "2026-11-24" {
+		t.Fatalf("period %s, reset %s; want the 24th", d.spend.period, d.Budget.Reset)
+	}
+	settle(l, d, 10_000)
+	if reply := hget(t, srv.Addr, t.Name()+":{acme}:budget:2026-11-24", "s"); reply != "10000000" {
+		t.Fatalf("spent on the 24th: %q", reply)
+	}
+	// And the other way: a gateway ahead of Redis charges the day Redis is in.
+	gw.set(time.Date(2026, 11, 25, 0, 0, 1, 0, time.UTC))
+	server.set(time.Date(2026, 11, 24, 23, 59, 59, 0, time.UTC))
+	mustRefuseBudget(t, l.Admit(bg, "acme", 1), "Budget exceeded: 0.01 yuan per day for organization acme, resets at 2026-11-25T00:00:00Z")
+}
+
+// A reservation that is never settled (an instance crashed mid-request, a
+// settlement lost with Redis) lapses after 10 to 11 minutes; a settlement
+// that comes later still charges.
+func TestBudgetReservationLapses(t *testing.T) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+		l, clk := mk(budgetConfig(PerMonth, ""))
+		clk.set(time.Date(2026, 11, 23, 18, 0, 30, 0, time.UTC))
+		lost := mustAllow(t, l.Admit(bg, "acme", 10_000))
+		mustRefuseBudget(t, l.Admit(bg, "acme", 1), "Budget exceeded: 0.01 yuan per month for organization acme, resets at 2026-12-01T00:00:00Z")
+		clk.set(time.Date(2026, 11, 23, 18, 10, 59, 0, time.UTC))
+		mustSpend(t, l.Admit(bg, "acme", -1), 0, 10_000_000, 0) // refused: still held
+		clk.set(time.Date(2026, 11, 23, 18, 11, 0, 0, time.UTC))
+		d := mustAllow(t, l.Admit(bg, "acme", 1000))
+		mustSpend(t, d, 0, 1_000_000, 1_000_000)
+		settle(l, lost, 3000)
+		mustSpend(t, mustAllow(t, l.Admit(bg, "acme", 0)), 3_000_000, 1_000_000, 0)
+	})
+}
+
+// A budget refusal counts one request, as the gateway's own answers do, so
+// that an org over its budget cannot make the gateway parse bodies for
+// free; once the requests bucket is empty, its 429 comes first.
+func TestBudgetRefusalCountsOneRequest(t *testing.T) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+		cfg := budgetConfig(PerDay, "")
+		cfg.RequestsPerMinute, cfg.TokensPerSecond = i64(3), i64(1)
+		l, _ := mk(cfg)
+		settle(l, mustAllow(t, l.Admit(bg, "acme", 1)), 10_000)
+		d := l.Admit(bg, "acme", 64000) // the token bucket would refuse it too
+		mustRefuseBudget(t, d, d.Message)
+		if d.Requests != (Quota{3, 1}) || d.Tokens.Remaining != 54000 {
+			t.Fatalf("after a 402: %+v %+v", d.Requests, d.Tokens)
+		}
+		if d := l.Admit(bg, "acme", 1); d.Bucket != BucketBudget || d.Requests.Remaining != 0 {
+			t.Fatalf("%+v", d)
+		}
+		mustRefuse(t, l.Admit(bg, "acme", 1), 20*time.Second, "Rate limit exceeded: 3 requests per minute for organization acme")
+		d, over := l.KnownOver("acme")
+		if !over || d.Budget.Limit != 10_000_000 || d.Budget.Spent != 10_000_000 {
+			t.Fatalf("known over: %v %+v", over, d)
+		}
+	})
+}
+
+// AdmitRequest reports the budget but neither consults nor reserves it.
+func TestBudgetAdmitRequestReportsOnly(t *testing.T) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+		l, _ := mk(budgetConfig(PerDay, ""))
+		settle(l, mustAllow(t, l.Admit(bg, "acme", 1)), 10_000)
+		d := mustAllow(t, l.AdmitRequest(bg, "acme"))
+		mustSpend(t, d, 10_000_000, 0, 0)
+		l.Settle(d, 1000) // nothing reserved, nothing to charge
+		mustSpend(t, mustAllow(t, l.AdmitRequest(bg, "acme")), 10_000_000, 0, 0)
+	})
+}
+
+func TestBudgetOrgOverrides(t *testing.T) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+		cfg := budgetConfig(PerMonth, "Asia/Shanghai")
+		cfg.Orgs = map[string]Override{
+			"big":  {Budget: &Budget{Yuan: 2 * nanoPerYuan, Per: PerDay}},
+			"free": {Budget: &Budget{}},
+		}
+		l, clk := mk(cfg)
+		clk.set(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+		d := mustAllow(t, l.Admit(bg, "big", 100_000))
+		if d.Budget.Limit != 2*nanoPerYuan || d.Budget.Per != PerDay || d.Budget.Reset.Format(time.RFC3339) != "2026-11-24T00:00:00+08:00" {
+			t.Fatalf("big: %+v", d.Budget)
+		}
+		settle(l, d, 1_999_999)
+		mustAllow(t, l.Admit(bg, "big", 1))
+		d = mustAllow(t, l.Admit(bg, "free", 100_000_000))
+		h := http.Header{}
+		d.SetHeaders(h)
+		if d.Budget != (Spend{}) || d.spend.period != "" || len(h) != 0 {
+			t.Fatalf("an exempt org has a budget: %+v %v", d.Budget, h)
+		}
+		settle(l, d, 100_000_000)
+		settle(l, mustAllow(t, l.Admit(bg, "acme", 1)), 10_000)
+		mustRefuseBudget(t, l.Admit(bg, "acme", 1), "Budget exceeded: 0.01 yuan per month for organization acme, resets at 2026-12-01T00:00:00+08:00")
+	})
+}
+
+// A price changed by a reload applies from the next request: a request
+// admitted under the old config is charged at its price.
+func TestBudgetPriceChange(t *testing.T) {
+	for _, store := range []string{"inprocess", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			var opts []option
+			if store == "redis" {
+				opts = append(opts, onRedis(redistest.Start(t).URL()))
+			}
+			opts = append(opts, prefixed(t.Name()+":"))
+			clk := newFakeClock()
+			oldCfg := budgetConfig(PerMonth, "")
+			oldCfg.StoreTimeout, oldCfg.OnStoreError = slow, StoreErrorDeny
+			newCfg := oldCfg
+			newCfg.Price = yp(2 * nanoPerYuan)
+			old, _ := newLimiter(t, oldCfg, clk, true, opts...)
+			d := mustAllow(t, old.Admit(bg, "acme", 1000))
+			reloaded, _ := newLimiter(t, newCfg, clk, true, opts...)
+			settle(old, d, 2000) // the old handler settles its own request
+			_ = old.Close()
+			d = mustAllow(t, reloaded.Admit(bg, "acme", 1000))
+			mustSpend(t, d, 2_000_000, 2_000_000, 2_000_000) // charged at 1 yuan, reserved at 2
+			if d.Cost(1000) != 2_000_000 {
+				t.Fatalf("cost at the new price: %d", d.Cost(1000))
+			}
+		})
+	}
+}
+
+// Two instances on one Redis, 200 concurrent admissions against a budget
+// worth 10 requests: the reservations admit exactly 10 while none is
+// settled, and never more than the budget plus the last request once they
+// are, each settling at a real cost above its estimate.
+func TestRedisBudgetTwoInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := budgetConfig(PerDay, "")
+	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
+	opts := []option{onRedis(srv.URL()), prefixed("shared:")}
+	a, _ := newLimiter(t, cfg, nil, false, opts...)
+	b, _ := newLimiter(t, cfg, nil, false, opts...)
+	ownProcess(t, b)
+
+	var period atomic.Value
+	run := func(org string, settleEach bool) (admitted int64, charged int64) {
+		var n, c atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 200 {
+			l := a
+			if i%2 == 1 {
+				l = b
+			}
+			wg.Go(func() {
+				d := l.Admit(bg, org, 1000) // 0.001 yuan each
+				if d.Unavailable {
+					t.Errorf("redis failed: %+v", d)
+				}
+				if d.Allowed {
+					period.Store(d.spend.period)
+					n.Add(1)
+					if settleEach {
+						c.Add(1100)
+						l.Settle(d, 1100) // 10% over the estimate
+					}
+				}
+			})
+		}
+		wg.Wait()
+		a.redis.drain()
+		b.redis.drain()
+		return n.Load(), c.Load()
+	}
+	if n, _ := run("unsettled", false); n != 10 {
+		t.Fatalf("admitted %d while none settled, want 10", n)
+	}
+	n, tokens := run("settled", true)
+	spent := cost(tokens, nanoPerYuan)
+	// The budget plus the last request, plus 10% of each request in flight.
+	if bound := int64(10_000_000) + 1_100_000 + 100_000*n; spent > bound || n < 10 {
+		t.Fatalf("admitted %d, spent %d nano-yuan, want at least 10 and at most %d", n, spent, bound)
+	}
+	reply := hget(t, srv.Addr, "shared:{settled}:budget:"+period.Load().(string), "s")
+	if reply != strconv.FormatInt(spent, 10) {
+		t.Fatalf("Redis has spent %s, the instances charged %d", reply, spent)
+	}
+	t.Logf("settled run: %d admitted, %d nano-yuan spent of 10000000", n, spent)
+}
+
+func TestRedisBudgetKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := budgetConfig(PerDay, "")
+	cfg.StoreTimeout = slow
+	clk := newFakeClock()
+	l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()), prefixed("ttl:"))
+	clk.set(time.Date(2026, 11, 23, 23, 0, 0, 0, time.UTC))
+	d := mustAllow(t, l.Admit(bg, "acme", 1000))
+	key := "ttl:{acme}:budget:2026-11-23"
+	reply, _ := srv.Do("PTTL", key)
+	// An hour to midnight, and the hour's margin.
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 7_190_000 || ms > 7_200_000 {
+		t.Fatalf("budget PTTL %s, want about 2h", reply)
+	}
+	// A request that costs nothing leaves nothing behind: an org that
+	// never spends keeps no key.
+	settle(l, d, 0)
+	if reply, _ := srv.Do("EXISTS", key); reply != ":0" {
+		t.Fatalf("EXISTS %s after a released reservation: %s", key, reply)
+	}
+	settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10)
+	if reply := hget(t, srv.Addr, key, "s"); reply != "10000" {
+		t.Fatalf("spent %q, want 10000 nano-yuan", reply)
+	}
+}
+
+// hget reads one field of a hash ("" when there is none).
+func hget(t testing.TB, addr, key, field string) string {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	v, err := c.HGet(bg, key, field).Result()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// With Redis unavailable, on_store_error decides for budgets as for
+// buckets. local: this instance admits against its own in-process spend for
+// the period, up to the whole budget, and what it spends is not written to
+// Redis when it returns; allow: admitted, uncounted, remaining unknown;
+// deny: 503. A reservation never settled lapses.
+func TestRedisBudgetStoreError(t *testing.T) {
+	for _, mode := range StoreErrorModes {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := faultproxy.Start(t, srv.Addr)
+			cfg := budgetConfig(PerDay, "")
+			cfg.OnStoreError, cfg.StoreTimeout = mode, slow
+			clk := newFakeClock()
+			clk.set(time.Date(2026, 11, 23, 12, 0, 30, 0, time.UTC))
+			l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()))
+			settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 4000)
+			inflight := mustAllow(t, l.Admit(bg, "acme", 1000))
+			if inflight.redis == nil {
+				t.Fatalf("admitted without Redis: %+v", inflight)
+			}
+
+			proxy.Refuse()
+			switch mode {
+			case StoreErrorLocal:
+				n := 0
+				for ; n < 20; n++ {
+					d := l.Admit(bg, "acme", 1000)
+					if !d.Allowed {
+						mustRefuseBudget(t, d, "Budget exceeded: 0.01 yuan per day for organization acme, resets at 2026-11-24T00:00:00Z")
+						mustSpend(t, d, 10_000_000, 0, 0)
+						break
+					}
+					if d.local == nil {
+						t.Fatalf("admission %d not in process: %+v", n, d)
+					}
+					settle(l, d, 1000)
+				}
+				if n != 10 {
+					t.Fatalf("admitted %d in process, want the whole budget's 10", n)
+				}
+			case StoreErrorAllow:
+				for range 5 {
+					d := mustAllow(t, l.Admit(bg, "acme", 1000))
+					h := http.Header{}
+					d.SetHeaders(h)
+					if d.Budget.Spent != -1 || h.Get("X-Budget-Limit") != "0.01" || h.Get("X-Budget-Remaining") != "" || h.Get("X-Budget-Reset") == "" {
+						t.Fatalf("allow: %+v %v", d.Budget, h)
+					}
+					l.Settle(d, 1000) // counted nowhere
+				}
+			case StoreErrorDeny:
+				for range 5 {
+					if d := l.Admit(bg, "acme", 1000); !d.Unavailable || d.Budget.Spent != -1 {
+						t.Fatalf("deny: %+v", d)
+					}
+				}
+			}
+			proxy.Pass()
+			eventually(t, func() bool { return !l.redis.lost.Load() })
+			d := mustAllow(t, l.Admit(bg, "acme", 0))
+			if d.redis == nil {
+				t.Fatalf("not back on Redis: %+v", d)
+			}
+			// Redis has what it had: nothing spent in process was
+			// reconciled. The request in flight never settles (as if its
+			// instance had died with Redis away): its reservation holds
+			// until it lapses.
+			mustSpend(t, d, 4_000_000, 1_000_000, 0)
+			clk.advance(11 * time.Minute)
+			mustSpend(t, mustAllow(t, l.Admit(bg, "acme", 0)), 4_000_000, 0, 0)
+		})
+	}
+}
+
+// The cost of a budget in an admission, against the same admission without
+// one: in process, and against Redis (one round trip either way).
+func BenchmarkBudgetAdmit(b *testing.B) {
+	for _, store := range []string{"inprocess", "redis"} {
+		for _, budget := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/budget=%v", store, budget), func(b *testing.B) {
+				cfg := benchConfig()
+				if budget {
+					cfg.Budget = &Budget{Yuan: maxBudget, Per: PerMonth}
+				}
+				var opts []option
+				if store == "redis" {
+					opts = append(opts, onRedis(redistest.Start(b).URL()))
+				}
+				l, _ := newLimiter(b, cfg, nil, false, opts...)
+				i := 0
+				for b.Loop() {
+					d := l.Admit(bg, orgNames[i%len(orgNames)], 1500)
+					mustAllowB(b, d)
+					l.Settle(d, 1400)
+					i++
+				}
+			})
+		}
+	}
+}
+
+// On Redis Cluster the budget's keys share the org's slot with its buckets:
+// one script serves them all, for any org id.
+func TestRedisBudgetCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	cfg := budgetConfig(PerDay, "Asia/Shanghai")
+	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
+	cfg.RequestsPerMinute = i64(100)
+	clk := newFakeClock()
+	l, _ := newLimiter(t, cfg, clk, true, onRedis(cluster.URLs()...))
+	for i := range 20 {
+		org := "org{" + strconv.Itoa(i) + "}"
+		d := mustAllow(t, l.Admit(bg, org, 4000))
+		if d.redis == nil {
+			t.Fatalf("%s: not on Redis: %+v", org, d)
+		}
+		settle(l, d, 10_000)
+		mustRefuseBudget(t, l.Admit(bg, org, 1), "Budget exceeded: 0.01 yuan per day for organization "+org+", resets at "+d.Budget.Reset.Format(time.RFC3339))
+	}
+}
