@@ -20,6 +20,10 @@ const (
 	// flushLimit is the most settlements or holds one pipeline of a flush
 	// carries.
 	flushLimit = 1024
+	// maxInflight is the most admission pipelines in flight to one node.
+	// More than one, so that a leader that is slow to be scheduled on a
+	// busy machine does not hold up every admission behind it.
+	maxInflight = 4
 )
 
 // scriptCall is one script for a node batcher, and its answer.
@@ -47,21 +51,25 @@ const (
 )
 
 // nodeBatcher sends the admissions for one Redis node. Its window is the
-// pipeline in flight: at most one is, and the admissions that arrive
-// meanwhile (up to pipelineLimit) go together in the next. A lone
-// admission finds nothing in flight and goes at once, so batching adds no
-// latency at low load; under load it adds at most one round trip's wait,
-// and saves a write, a read and two wake-ups per admission on both sides.
+// pipelines in flight: while maxInflight are, the admissions that arrive
+// (up to pipelineLimit) gather for the next. A lone admission finds a free
+// slot and goes at once, so batching adds no latency at low load; under
+// load it adds at most one round trip's wait, and saves a write, a read
+// and two wake-ups per admission on both sides. Where envoyproxy/ratelimit
+// flushes its write buffer on a timer (REDIS_PIPELINE_WINDOW), this waits
+// for no timer: the window closes when a pipeline's answer comes back.
 //
 // No goroutine of its own: the caller that finds the node idle sends, and
 // when its pipeline is answered hands the lead to the first admission that
 // waited (which has to be woken anyway), so no request pays for another's
 // answer.
 type nodeBatcher struct {
-	s       *redisStore
-	mu      sync.Mutex
-	busy    bool // a pipeline is in flight or about to be; false only with pending empty
-	pending []*scriptCall
+	s  *redisStore
+	mu sync.Mutex
+	// inflight counts the leaders: pipelines in flight or about to be.
+	// Below maxInflight, pending is empty.
+	inflight int
+	pending  []*scriptCall
 }
 
 // batcher returns the batcher of node, by address: a cluster client may
@@ -82,8 +90,8 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 	c.wake = make(chan struct{}, 1)
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
-	if !b.busy {
-		b.busy = true
+	if b.inflight < maxInflight {
+		b.inflight++
 		b.mu.Unlock()
 		b.lead()
 		return c.res, c.err
@@ -115,7 +123,7 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 }
 
 // lead sends the pending calls, up to pipelineLimit, then hands the lead
-// to the first call still waiting, or marks the node idle.
+// to the first call still waiting, or gives up its slot.
 func (b *nodeBatcher) lead() {
 	b.mu.Lock()
 	n := min(len(b.pending), pipelineLimit)
@@ -133,7 +141,7 @@ func (b *nodeBatcher) lead() {
 	}
 	b.mu.Lock()
 	if len(b.pending) == 0 {
-		b.busy = false
+		b.inflight--
 		b.mu.Unlock()
 		return
 	}
