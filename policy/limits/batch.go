@@ -93,7 +93,7 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 	if b.inflight < maxInflight {
 		b.inflight++
 		b.mu.Unlock()
-		b.lead()
+		b.lead(c)
 		return c.res, c.err
 	}
 	b.mu.Unlock()
@@ -109,7 +109,7 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 		}
 		b.mu.Unlock()
 		if st == leading {
-			go b.lead() // it was handed the lead: pass it on
+			go b.lead(nil) // it was handed the lead: pass it on
 		}
 		return nil, ctx.Err()
 	}
@@ -117,21 +117,32 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 	st := c.state
 	b.mu.Unlock()
 	if st == leading {
-		b.lead() // c is first in line: its answer comes with this pipeline
+		b.lead(c) // its answer comes with this pipeline
 	}
 	return c.res, c.err
 }
 
-// lead sends the pending calls, up to pipelineLimit, then hands the lead
-// to the first call still waiting, or gives up its slot.
-func (b *nodeBatcher) lead() {
+// lead sends self (nil for none) and the calls waiting, up to
+// pipelineLimit, in one pipeline, then hands the lead
+// to the first call still waiting and not already handed one (with several
+// pipelines in flight, two leaders may finish before the first woken
+// takes the queue), or gives up its slot.
+func (b *nodeBatcher) lead(self *scriptCall) {
 	b.mu.Lock()
-	n := min(len(b.pending), pipelineLimit)
-	batch := slices.Clone(b.pending[:n])
-	b.pending = slices.Delete(b.pending, 0, n)
-	for _, c := range batch {
-		c.state = sent
+	// Its own call and those waiting, up to pipelineLimit; a call handed
+	// the lead by another leader stays, for its own pipeline.
+	var batch []*scriptCall
+	rest := b.pending[:0]
+	for _, c := range b.pending {
+		if len(batch) < pipelineLimit && (c == self || c.state == queued) {
+			c.state = sent
+			batch = append(batch, c)
+		} else {
+			rest = append(rest, c)
+		}
 	}
+	clear(b.pending[len(rest):])
+	b.pending = rest
 	b.mu.Unlock()
 	if len(batch) > 0 {
 		b.s.pipeline(batch[len(batch)-1].node, batch)
@@ -140,12 +151,14 @@ func (b *nodeBatcher) lead() {
 		}
 	}
 	b.mu.Lock()
-	if len(b.pending) == 0 {
+	// The first call not yet handed a lead by another pipeline's leader.
+	i := slices.IndexFunc(b.pending, func(c *scriptCall) bool { return c.state == queued })
+	if i < 0 {
 		b.inflight--
 		b.mu.Unlock()
 		return
 	}
-	next := b.pending[0]
+	next := b.pending[i]
 	next.state = leading
 	b.mu.Unlock()
 	next.wake <- struct{}{}

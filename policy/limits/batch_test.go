@@ -60,7 +60,7 @@ func TestRedisAdmissionsShareAPipeline(t *testing.T) {
 		wg.Go(func() { got[i] = l.Admit(bg, "acme", 1) })
 	}
 	waitPending(b, n)
-	b.lead()
+	b.lead(nil)
 	wg.Wait()
 	if s, c := hook.sent.Load(), hook.scripts.Load(); s != 1 || c != n {
 		t.Fatalf("%d pipelines with %d scripts for %d admissions, want 1 with %d", s, c, n, n)
@@ -105,7 +105,7 @@ func TestRedisAdmissionGoneBeforeItsPipelineNeverRuns(t *testing.T) {
 		t.Fatalf("%+v, want unavailable (on_store_error deny)", d)
 	}
 	waitPending(b, 0)
-	b.lead() // nothing to send: frees a slot
+	b.lead(nil) // nothing to send: frees a slot
 	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Requests.Remaining != 999 {
 		t.Fatalf("remaining %d, want 999: the abandoned admission ran", d.Requests.Remaining)
 	}
