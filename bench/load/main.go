@@ -4,17 +4,22 @@
 //	go run ./bench/load                 # the full run BENCHMARKS.md reports
 //	go run ./bench/load -smoke          # seconds: CI's check that it still works
 //
-// It builds cmd/systemone-gateway and starts a redis-server, the simulated
-// upstream (no latency, no limits, no token budgets), a guardrails stub
-// (this program, run again; see harness.ServeGuardrailsStubIfAsked), and one
-// Caddy process serving five configurations on a port each, all in front of
-// the same upstream:
+// It builds cmd/systemone-gateway and starts a redis-server, two upstreams
+// (a stub that answers each payload with the simulator's answer to it and
+// costs next to nothing, as a remote service does seen from this machine;
+// and the simulated service itself, no latency, no limits, no token
+// budgets), a guardrails stub (the stubs are this program, run again; see
+// harness.ServeGuardrailsStubIfAsked), and one Caddy process serving five
+// configurations on a port each, all in front of the same upstream:
 //
 //	P   plain reverse_proxy
 //	L   the gateway: Redis limits, breaker and routing
 //	Lm  L with in-process limits: what L costs without its Redis round trip
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
+//
+// The headline tables are measured in front of the stub; then the proxy is
+// reloaded in front of the simulator for a second set (-sim-payloads).
 //
 // For each payload it drives each configuration in turn, alternating (P, L,
 // Lm, G, GC, P, L, ...) for several rounds, first at a fixed concurrency and
@@ -55,6 +60,7 @@ type options struct {
 	concurrency int
 	rateShare   float64
 	payloads    []string
+	simPayloads []string
 	profileDir  string
 	smoke       bool
 }
@@ -62,20 +68,24 @@ type options struct {
 func main() {
 	harness.ServeGuardrailsStubIfAsked()
 	var o options
-	var names string
+	var names, simNames string
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured run (one configuration, one payload, one mode)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds over the configurations; medians are reported")
-	flag.IntVar(&o.concurrency, "concurrency", 16, "clients in the fixed-concurrency runs")
+	flag.IntVar(&o.concurrency, "concurrency", 32, "clients in the fixed-concurrency runs")
 	flag.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
-	flag.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads")
+	flag.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
+	flag.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
 	flag.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
 	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
 	flag.Parse()
 	if o.smoke {
 		o.duration, o.rounds, o.concurrency = 400*time.Millisecond, 1, 4
-		names = "small-en"
+		names, simNames = "small-en", ""
 	}
 	o.payloads = strings.Split(names, ",")
+	if simNames != "" {
+		o.simPayloads = strings.Split(simNames, ",")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -85,14 +95,26 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o options, out io.Writer) error {
+func getPayloads(names []string) ([]payload.Payload, error) {
 	var payloads []payload.Payload
-	for _, name := range o.payloads {
+	for _, name := range names {
 		p, err := payload.Get(strings.TrimSpace(name))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		payloads = append(payloads, p)
+	}
+	return payloads, nil
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	payloads, err := getPayloads(o.payloads)
+	if err != nil {
+		return err
+	}
+	simPayloads, err := getPayloads(o.simPayloads)
+	if err != nil {
+		return err
 	}
 	if o.duration <= 0 || o.rounds < 1 || o.concurrency < 1 || o.rateShare <= 0 {
 		return errors.New("-duration, -rounds, -concurrency and -rate must be positive")
@@ -106,23 +128,25 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin\n", len(harness.Keys))
 	printPayloads(out, payloads)
 
-	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, guardrails stub, proxy ...")
+	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, upstream stub, guardrails stub, proxy ...")
 	stack, err := harness.StartStack(ctx)
 	if err != nil {
 		return err
 	}
 	defer stack.Stop()
-	fmt.Fprintf(out, "\nproxy Caddyfile (upstream: systemone_simulator with latency 0, limits and token budgets off, at %s):\n\n", stack.SimulatorURL)
+	fmt.Fprintf(out, "\nproxy Caddyfile (upstream: the stub at %s; for the second tables, systemone_simulator with latency 0, limits and token budgets off, at %s):\n\n",
+		stack.StubURL, stack.SimulatorURL)
 	fmt.Fprintln(out, indent(stack.Caddyfile))
 
 	b := &bench{o: o, stack: stack, driver: harness.NewDriver(4 * o.concurrency), out: out}
 	defer b.driver.Close()
+	head := &upstreamRun{upstream: harness.UpstreamStub}
+	b.runs = append(b.runs, head)
 	for _, p := range payloads {
-		if err := b.payload(ctx, p); err != nil {
+		if err := b.payload(ctx, head, p); err != nil {
 			return fmt.Errorf("payload %s: %w", p.Name, err)
 		}
 	}
-	b.report()
 	if err := b.countRoundTrips(ctx, payloads[0]); err != nil {
 		return err
 	}
@@ -131,6 +155,20 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			return err
 		}
 	}
+	if len(simPayloads) > 0 {
+		if err := stack.UseUpstream(ctx, harness.UpstreamSimulator); err != nil {
+			return err
+		}
+		sim := &upstreamRun{upstream: harness.UpstreamSimulator}
+		b.runs = append(b.runs, sim)
+		for _, p := range simPayloads {
+			if err := b.payload(ctx, sim, p); err != nil {
+				return fmt.Errorf("payload %s (simulator): %w", p.Name, err)
+			}
+		}
+	}
+	b.report()
+	fmt.Fprint(out, b.roundTrips.String())
 	return stack.Alive()
 }
 
@@ -141,8 +179,15 @@ type bench struct {
 	driver *harness.Driver
 	out    io.Writer
 
-	results []payloadResult
-	rtt     []time.Duration // Redis PING round trips during L's fixed-rate runs
+	runs       []*upstreamRun
+	roundTrips strings.Builder // the MONITOR count's table
+}
+
+// upstreamRun is the measurements in front of one upstream.
+type upstreamRun struct {
+	upstream string
+	results  []payloadResult
+	rtt      []time.Duration // Redis PING round trips during L's fixed-rate runs
 }
 
 // Modes of a run.
@@ -166,12 +211,15 @@ type measure struct {
 	cpu map[string]time.Duration
 	// redis is Redis commands run per request, by command.
 	redis map[string]float64
+	// redisReads is reads from client sockets per request in Redis: round
+	// trips, a pipeline arriving at once counting one.
+	redisReads float64
 	// others is the share of the machine's CPU time that processes
 	// outside the benchmark used during the run: other load skews it.
 	others float64
 }
 
-func (b *bench) payload(ctx context.Context, p payload.Payload) error {
+func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload) error {
 	// The reference: the upstream's own answer, asked directly, twice (the
 	// simulator must be deterministic for the comparison to mean anything).
 	want, err := b.stack.Reference(ctx, b.driver, p.Body)
@@ -189,7 +237,7 @@ func (b *bench) payload(ctx context.Context, p payload.Payload) error {
 			return fmt.Errorf("%s (warm-up): %w", c, warm.Err)
 		}
 	}
-	fmt.Fprintf(b.out, "%s: fixed concurrency ...\n", p.Name)
+	fmt.Fprintf(b.out, "%s (%s upstream): fixed concurrency ...\n", p.Name, ur.upstream)
 	for range b.o.rounds {
 		for _, c := range harness.Configs {
 			m, err := b.measure(ctx, c, func() harness.Result {
@@ -202,7 +250,7 @@ func (b *bench) payload(ctx context.Context, p payload.Payload) error {
 		}
 	}
 	pr.rate = b.o.rateShare * median(throughputs(pr.runs[closedLoop][harness.Plain]))
-	fmt.Fprintf(b.out, "%s: fixed rate %.0f/s ...\n", p.Name, pr.rate)
+	fmt.Fprintf(b.out, "%s (%s upstream): fixed rate %.0f/s ...\n", p.Name, ur.upstream, pr.rate)
 	for range b.o.rounds {
 		for _, c := range harness.Configs {
 			var stopPing func() []time.Duration
@@ -212,16 +260,19 @@ func (b *bench) payload(ctx context.Context, p payload.Payload) error {
 			m, err := b.measure(ctx, c, func() harness.Result {
 				return b.driver.Open(ctx, reqs[c], pr.rate, b.o.duration, 4*b.o.concurrency)
 			})
+			var pings int
 			if stopPing != nil {
-				b.rtt = append(b.rtt, stopPing()...)
+				rtt := stopPing()
+				ur.rtt, pings = append(ur.rtt, rtt...), len(rtt)
 			}
+			m.redisReads -= float64(pings) / float64(max(m.res.Requests, 1))
 			if err != nil {
 				return fmt.Errorf("%s at fixed rate: %w", c, err)
 			}
 			pr.runs[openLoop][c] = append(pr.runs[openLoop][c], m)
 		}
 	}
-	b.results = append(b.results, pr)
+	ur.results = append(ur.results, pr)
 	return nil
 }
 
@@ -229,7 +280,7 @@ func (b *bench) payload(ctx context.Context, p payload.Payload) error {
 // counters around it.
 func (b *bench) measure(ctx context.Context, config string, drive func() harness.Result) (measure, error) {
 	procs := map[string]int{
-		"proxy": b.stack.Proxy.PID(), "simulator": b.stack.Simulator.PID(),
+		"proxy": b.stack.Proxy.PID(), "upstream": b.stack.UpstreamProcess().PID(),
 		"guardrails": b.stack.GuardrailsStub.PID(), "redis": b.stack.Redis.PID(), "client": 0,
 	}
 	cpuBefore := make(map[string]time.Duration)
@@ -241,6 +292,10 @@ func (b *bench) measure(ctx context.Context, config string, drive func() harness
 		cpuBefore[name] = t
 	}
 	callsBefore, err := b.stack.Redis.CommandCalls(ctx)
+	if err != nil {
+		return measure{}, err
+	}
+	readsBefore, err := b.stack.Redis.ReadsProcessed(ctx)
 	if err != nil {
 		return measure{}, err
 	}
@@ -270,6 +325,12 @@ func (b *bench) measure(ctx context.Context, config string, drive func() harness
 		m.cpu[name] = (t - cpuBefore[name]) / time.Duration(res.Requests)
 	}
 	m.others = max(float64(others)/float64(res.Elapsed)/float64(runtime.NumCPU()), 0)
+	readsAfter, err := b.stack.Redis.ReadsProcessed(ctx)
+	if err != nil {
+		return measure{}, err
+	}
+	// Less the one read of the INFO that read the counter before.
+	m.redisReads = float64(readsAfter-readsBefore-1) / float64(res.Requests)
 	callsAfter, err := b.stack.Redis.CommandCalls(ctx)
 	if err != nil {
 		return measure{}, err
@@ -318,12 +379,12 @@ func (b *bench) pingRedis(ctx context.Context) func() []time.Duration {
 // client's path.
 func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 	const n = 50
-	fmt.Fprintf(b.out, "\n## Redis commands per request (MONITOR, %d sequential requests of %s)\n\n", n, p.Name)
+	fmt.Fprintf(&b.roundTrips, "\n## Redis commands per request (MONITOR, %d sequential requests of %s)\n\n", n, p.Name)
 	want, err := b.stack.Reference(ctx, b.driver, p.Body)
 	if err != nil {
 		return err
 	}
-	tw := newTable(b.out, "config", "before forwarding", "after the answer", "admission scripts", "cache GET", "settle scripts", "other")
+	tw := newTable(&b.roundTrips, "config", "before forwarding", "after the answer", "admission scripts", "cache GET", "settle scripts", "other")
 	for _, c := range harness.Configs[1:] {
 		reqs := b.stack.Requests(c, p.Body, want)
 		mctx, cancel := context.WithCancel(ctx)

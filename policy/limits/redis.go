@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,8 +27,13 @@ const (
 	// paying store_timeout and a background probe watches for its return.
 	lostAfter = 3
 	// maxPending bounds the settlements and holds waiting for Redis: one
-	// entry per organization, the amounts of one organization add up.
-	maxPending = 10_000
+	// entry per organization (the amounts of one organization add up),
+	// about 100 bytes plus the organization id each. Past it, settle and
+	// hold wait for the next flush to take the queue (backpressure) rather
+	// than drop anything; only while Redis is lost are new organizations
+	// dropped past it, counted and logged. With the queue in flight, at
+	// most 2*maxPending entries are held.
+	maxPending = 100_000
 	// settleEvery is the least time between two flushes of the queue: a
 	// bucket is corrected at most this much later, which a per-second
 	// refill does not notice, and under load Redis sees one settlement per
@@ -53,13 +59,27 @@ type redisStore struct {
 	lost          atomic.Bool
 	scriptErrSeen atomic.Bool
 
+	// batchers holds a *nodeBatcher per node address (see run).
+	batchers sync.Map
+	// maxPending is the const, lowered by tests.
+	maxPending int
+
 	mu       sync.Mutex // guards the fields below
 	closed   bool
 	settles  map[string]pendingSettle
 	holds    map[string]time.Duration
 	dropping bool // a settlement was dropped since the last flush
+	// space is signalled when a flush takes the queue, Redis is lost or
+	// the store closes: what settle and hold wait for when it is full.
+	space *sync.Cond
+	// lostAnswers counts settlements and holds whose answer was lost (a
+	// timeout, a connection closed mid-pipeline): they may or may not
+	// have run, and are not sent again; dropped counts those never sent
+	// (Redis lost and the queue full).
+	lostAnswers, dropped atomic.Int64
 
 	kick    chan struct{}
+	urgent  chan struct{}
 	drained chan chan struct{}
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -85,18 +105,21 @@ func (p *pendingSettle) add(sp spendSettle) {
 
 func newRedisStore(client RedisClient, prefix string, timeout time.Duration, logger *zap.Logger) *redisStore {
 	s := &redisStore{
-		client:   client,
-		prefix:   prefix,
-		timeout:  timeout,
-		logger:   logger,
-		probeMin: 100 * time.Millisecond,
-		probeMax: 5 * time.Second,
-		settles:  make(map[string]pendingSettle),
-		holds:    make(map[string]time.Duration),
-		kick:     make(chan struct{}, 1),
-		drained:  make(chan chan struct{}),
-		done:     make(chan struct{}),
+		client:     client,
+		prefix:     prefix,
+		timeout:    timeout,
+		logger:     logger,
+		probeMin:   100 * time.Millisecond,
+		probeMax:   5 * time.Second,
+		settles:    make(map[string]pendingSettle),
+		maxPending: maxPending,
+		holds:      make(map[string]time.Duration),
+		kick:       make(chan struct{}, 1),
+		urgent:     make(chan struct{}, 1),
+		drained:    make(chan chan struct{}),
+		done:       make(chan struct{}),
 	}
+	s.space = sync.NewCond(&s.mu)
 	s.wg.Add(1)
 	s.settleEvery.Store(int64(settleEvery))
 	go s.settleLoop()
@@ -113,6 +136,7 @@ func (s *redisStore) close() {
 	}
 	s.closed = true
 	close(s.done)
+	s.space.Broadcast()
 	s.mu.Unlock()
 	s.wg.Wait()
 }
@@ -134,8 +158,9 @@ func (s *redisStore) clockArg() string {
 	return strconv.FormatInt(s.now().UnixMicro(), 10)
 }
 
-// run sends one script to the node that owns keys[0], bounded by
-// store_timeout, never retried.
+// run sends one script to the node that owns keys[0], in that node's next
+// pipeline (see nodeBatcher), and waits for its answer at most
+// store_timeout. It is never sent twice.
 func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -143,15 +168,7 @@ func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []strin
 	if err != nil {
 		return nil, err
 	}
-	res, err := script.Run(ctx, node, keys, args...).Result()
-	if class, _ := classify(err); class == "moved" {
-		// A slot moved (resharding, failover): the script did not run.
-		// Refresh the slot map now rather than at the next periodic reload.
-		if c, ok := s.client.(*redis.ClusterClient); ok {
-			c.ReloadState(ctx)
-		}
-	}
-	return res, err
+	return s.batcher(node).do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args})
 }
 
 // admit runs c against Redis; localHold is the hold this instance knows of
@@ -254,6 +271,7 @@ func (s *redisStore) probe() {
 			s.failures.Store(0)
 			s.lost.Store(false)
 			s.logger.Info("redis back")
+			s.wake() // what queued up meanwhile
 			return
 		}
 		delay = min(2*delay, s.probeMax)
@@ -314,20 +332,19 @@ func classify(err error) (class string, outage bool) {
 }
 
 // settle queues a charge (refund when negative) of delta tokens for org,
-// and a budget settlement if sp is set. It never blocks: amounts for one
-// organization add up while they wait, and past maxPending organizations
-// new ones are dropped.
+// and a budget settlement if sp is set. Amounts for one organization add up
+// while they wait. Nothing is dropped while Redis is reachable: with
+// maxPending organizations queued, settle waits for the next flush to take
+// the queue. While Redis is lost, new organizations past maxPending are
+// dropped (counted, logged once).
 func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle) {
 	s.mu.Lock()
 	p, queued := s.settles[org]
-	switch {
-	case s.closed:
-	case !queued && len(s.settles) >= maxPending:
-		if !s.dropping {
-			s.dropping = true
-			s.logger.Warn("redis settlement queue full; dropping settlements", zap.Int("pending", len(s.settles)))
-		}
-	default:
+	if !queued && s.full() {
+		s.mu.Unlock()
+		return
+	}
+	if !s.closed {
 		p.lim, p.delta = lim, p.delta+delta
 		if sp != nil {
 			p.add(*sp)
@@ -338,15 +355,41 @@ func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSet
 	s.wake()
 }
 
-// hold queues a hold of d for org.
+// hold queues a hold of d for org, like settle.
 func (s *redisStore) hold(org string, d time.Duration) {
 	s.mu.Lock()
 	cur, queued := s.holds[org]
-	if !s.closed && (queued || len(s.holds) < maxPending) {
+	if !queued && s.full() {
+		s.mu.Unlock()
+		return
+	}
+	if !s.closed {
 		s.holds[org] = max(cur, d)
 	}
 	s.mu.Unlock()
 	s.wake()
+}
+
+// full waits, with s.mu held, while the queue holds maxPending
+// organizations and Redis is reachable. It reports true when a new entry
+// must be dropped: the queue is still full and Redis lost.
+func (s *redisStore) full() bool {
+	for len(s.settles)+len(s.holds) >= s.maxPending && !s.closed {
+		if s.lost.Load() {
+			s.dropped.Add(1)
+			if !s.dropping {
+				s.dropping = true
+				s.logger.Warn("redis lost and its settlement queue full; dropping settlements", zap.Int("pending", len(s.settles)+len(s.holds)))
+			}
+			return true
+		}
+		select {
+		case s.urgent <- struct{}{}:
+		default:
+		}
+		s.space.Wait()
+	}
+	return false
 }
 
 func (s *redisStore) wake() {
@@ -370,6 +413,8 @@ func (s *redisStore) settleLoop() {
 		select {
 		case <-s.kick:
 			s.flush()
+		case <-s.urgent:
+			s.flush()
 		case ch := <-s.drained:
 			s.flush()
 			close(ch)
@@ -381,6 +426,9 @@ func (s *redisStore) settleLoop() {
 		pause.Reset(time.Duration(s.settleEvery.Load()))
 		select {
 		case <-pause.C:
+		case <-s.urgent:
+			pause.Stop()
+			s.flush()
 		case ch := <-s.drained:
 			pause.Stop()
 			s.flush()
@@ -393,8 +441,18 @@ func (s *redisStore) settleLoop() {
 	}
 }
 
+// flush sends the queue as pipelines of at most flushLimit scripts per
+// node, holds first (they are rarer and matter more to the upstream).
+// While Redis is lost nothing is sent: the queue waits for the probe.
+// A script whose answer is lost is not sent again (it may have run: a
+// second debit would charge twice); one that never left, for want of a
+// connection, is queued again.
 func (s *redisStore) flush() {
 	s.mu.Lock()
+	if s.lost.Load() {
+		s.mu.Unlock()
+		return
+	}
 	var settles map[string]pendingSettle
 	var holds map[string]time.Duration
 	if len(s.settles) > 0 {
@@ -404,32 +462,94 @@ func (s *redisStore) flush() {
 		holds, s.holds = s.holds, make(map[string]time.Duration)
 	}
 	s.dropping = false
+	s.space.Broadcast()
 	s.mu.Unlock()
 
 	ctx := context.Background()
-	// Holds first: they are rarer and matter more to the upstream.
+	clock := s.clockArg()
+	var calls []*scriptCall
+	var orgs []string
 	for org, d := range holds {
-		if s.lost.Load() {
-			return // Redis is gone: in-process holds still apply here
-		}
 		_, hold := s.keys(org)
-		_, err := s.run(ctx, holdScript, []string{hold}, s.clockArg(), d.Microseconds())
-		s.observe(ctx, err)
+		calls = append(calls, &scriptCall{script: holdScript, keys: []string{hold}, args: []any{clock, d.Microseconds()}})
+		orgs = append(orgs, org)
 	}
+	nHolds := len(calls)
 	for org, p := range settles {
-		if s.lost.Load() {
-			return
-		}
 		bucket, _ := s.keys(org)
 		req, tok := p.lim.requests(), p.lim.tokens()
 		keys := []string{bucket}
-		args := []any{s.clockArg(), req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim) * unit}
+		args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim) * unit}
 		for _, sp := range p.spend {
 			keys = append(keys, s.budgetKey(org, sp.period))
 			args = append(args, sp.charge, sp.release, sp.slot, sp.end)
 		}
-		_, err := s.run(ctx, settleScript, keys, args...)
-		s.observe(ctx, err)
+		calls = append(calls, &scriptCall{script: settleScript, keys: keys, args: args})
+		orgs = append(orgs, org)
+	}
+	// Per node, in the order of the queue.
+	byNode := make(map[string][]*scriptCall)
+	var nodes []string
+	for _, c := range calls {
+		node, err := redispool.ForKey(ctx, s.client, c.keys[0])
+		if err != nil {
+			continue // not sent: queued again below
+		}
+		c.node = node
+		addr := node.Options().Addr
+		if _, ok := byNode[addr]; !ok {
+			nodes = append(nodes, addr)
+		}
+		byNode[addr] = append(byNode[addr], c)
+	}
+	for _, addr := range nodes {
+		for chunk := range slices.Chunk(byNode[addr], flushLimit) {
+			if s.lost.Load() {
+				break // left unsent: queued again below
+			}
+			s.pipeline(chunk[0].node, chunk)
+			var first error
+			for _, c := range chunk {
+				if c.err != nil {
+					first = c.err
+					break
+				}
+			}
+			s.observe(ctx, first)
+		}
+	}
+
+	var lost int64
+	s.mu.Lock()
+	for i, c := range calls {
+		sentOK := c.res != nil || (c.err != nil && !notSent(c.err))
+		if sentOK {
+			if c.err != nil {
+				lost++
+			}
+			continue
+		}
+		if s.closed {
+			continue
+		}
+		org := orgs[i]
+		if i < nHolds {
+			s.holds[org] = max(s.holds[org], holds[org])
+		} else {
+			p, old := s.settles[org], settles[org]
+			p.lim, p.delta = old.lim, p.delta+old.delta
+			for _, sp := range old.spend {
+				p.add(sp)
+			}
+			s.settles[org] = p
+		}
+	}
+	s.mu.Unlock()
+	if lost > 0 {
+		s.lostAnswers.Add(lost)
+		if ce := s.logger.Check(zap.WarnLevel, "redis settlements lost; not sent again"); ce != nil {
+			ce.Write(zap.Int64("count", lost))
+		}
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
 )
@@ -457,6 +456,11 @@ func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.sent.Add(1)
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				h.scripts.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -612,22 +616,6 @@ func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 		if class, outage := classify(tc.err); class != tc.class || outage != tc.outage {
 			t.Errorf("classify(%v) = %s %v, want %s %v", tc.err, class, outage, tc.class, tc.outage)
 		}
-	}
-}
-
-func TestRedisSettlementQueueIsBounded(t *testing.T) {
-	core, logs := observer.New(zap.WarnLevel)
-	s := &redisStore{logger: zap.New(core), settles: map[string]pendingSettle{}, holds: map[string]time.Duration{}, kick: make(chan struct{}, 1)}
-	for i := range maxPending + 500 {
-		s.settle("org"+strconv.Itoa(i), defaultLimits, -10, nil)
-		s.hold("org"+strconv.Itoa(i), time.Second)
-	}
-	s.settle("org1", defaultLimits, 30, nil) // an org already queued still adds up
-	if len(s.settles) != maxPending || len(s.holds) != maxPending || s.settles["org1"].delta != 20 {
-		t.Fatalf("%d settlements, %d holds queued, org1 %+v", len(s.settles), len(s.holds), s.settles["org1"])
-	}
-	if logs.Len() != 1 {
-		t.Fatalf("want one warning per episode, got %d", logs.Len())
 	}
 }
 

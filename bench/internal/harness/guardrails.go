@@ -31,7 +31,13 @@ var stubVerdict = []byte(`{"id":"req_bench","result":{"compliance":{"risk_level"
 // own /v1/guardrails scans every message for its trigger phrases, about
 // 5 ms for a 256 KiB state: a benchmark against it would measure the
 // simulator, not the gateway's call.
+//
+// The same call serves the cheap upstream (see UpstreamStub) when the
+// program was started as that.
 func ServeGuardrailsStubIfAsked() {
+	if addr := os.Getenv(upstreamStubEnv); addr != "" {
+		serveUpstreamStub(addr)
+	}
 	addr := os.Getenv(guardrailsStubEnv)
 	if addr == "" {
 		return

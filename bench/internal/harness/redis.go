@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -155,4 +156,21 @@ func monitorArgs(s string) []string {
 		}
 		s = s[i+1:]
 	}
+}
+
+// ReadsProcessed returns how many reads the server has done from its
+// clients' sockets since it started (INFO stats total_reads_processed): a
+// command alone or a whole pipeline that arrives at once is one read, so
+// this counts round trips where INFO commandstats counts commands.
+func (r *Redis) ReadsProcessed(ctx context.Context) (int64, error) {
+	info, err := r.Client.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO stats has no total_reads_processed (Redis 6 or later)")
 }

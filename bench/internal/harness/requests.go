@@ -9,12 +9,19 @@ import (
 
 // Reference returns the upstream's own answer to body, asked directly,
 // twice: the simulator must be deterministic for a comparison with it to
-// mean anything.
+// mean anything. With the stub upstream in use, the simulator's answer is
+// registered with the stub first, and the stub must then give it back.
 func (s *Stack) Reference(ctx context.Context, d *Driver, body []byte) ([]byte, error) {
 	direct := Request{URL: s.SimulatorURL + "/v1/systemone", Key: Keys[0], Body: body}
 	want, err := d.Answer(ctx, direct)
 	if err != nil {
 		return nil, fmt.Errorf("asking the upstream directly: %w", err)
+	}
+	if s.Upstream == UpstreamStub {
+		if err := s.register(ctx, body, want); err != nil {
+			return nil, err
+		}
+		direct.URL = s.StubURL + "/v1/systemone"
 	}
 	direct.Want = want
 	var again bytes.Buffer

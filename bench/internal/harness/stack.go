@@ -46,16 +46,25 @@ type Stack struct {
 	// GuardrailsStub is G's and GC's guardrails service (see
 	// ServeGuardrailsStubIfAsked).
 	GuardrailsStub *Process
-	Proxy          *Process
-	// SimulatorURL is the upstream's base URL; URLs maps each of Configs
-	// to its proxy's base URL.
-	SimulatorURL string
-	URLs         map[string]string
+	// UpstreamStub is the cheap upstream (see UpstreamStub).
+	UpstreamStub *Process
+	Proxy        *Process
+	// SimulatorURL and StubURL are the upstreams' base URLs; URLs maps
+	// each of Configs to its proxy's base URL.
+	SimulatorURL, StubURL string
+	URLs                  map[string]string
+	// Upstream is the upstream the proxy forwards to: UpstreamStub (the
+	// default) or UpstreamSimulator.
+	Upstream string
 	// ProxyAdmin is the proxy process's admin endpoint (pprof, expvar,
 	// metrics), e.g. http://127.0.0.1:1234.
 	ProxyAdmin string
 	// Caddyfile is the proxy process's configuration, as written.
 	Caddyfile string
+
+	guardrailsURL string
+	proxyAdmin    int
+	sites         map[string]int
 }
 
 // StartStack builds the gateway and starts the stack in a new temporary
@@ -99,19 +108,21 @@ func (s *Stack) start(ctx context.Context) error {
 		return err
 	}
 
-	var guardrailsURL string
-	if s.GuardrailsStub, guardrailsURL, err = startGuardrailsStub(s.Dir); err != nil {
+	if s.GuardrailsStub, s.guardrailsURL, err = startGuardrailsStub(s.Dir); err != nil {
+		return err
+	}
+	if s.UpstreamStub, s.StubURL, err = startUpstreamStub(s.Dir); err != nil {
 		return err
 	}
 
-	sites := make(map[string]int)
+	s.sites, s.proxyAdmin, s.Upstream = make(map[string]int), proxyAdmin, UpstreamStub
 	var addrs []string
 	for i, name := range Configs {
-		sites[name] = ports[3+i]
+		s.sites[name] = ports[3+i]
 		s.URLs[name] = "http://127.0.0.1:" + strconv.Itoa(ports[3+i])
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(ports[3+i]))
 	}
-	s.Caddyfile = proxyCaddyfile(proxyAdmin, s.Dir, simPort, guardrailsURL, s.Redis.URL(), sites)
+	s.Caddyfile = s.proxyCaddyfile()
 	proxyFile := filepath.Join(s.Dir, "proxy.Caddyfile")
 	if err := os.WriteFile(proxyFile, []byte(s.Caddyfile), 0o644); err != nil {
 		return err
@@ -134,9 +145,48 @@ func startCaddy(name, dir, bin, config string, addrs []string) (*Process, error)
 	return p, nil
 }
 
+// UseUpstream points the proxy at upstream (UpstreamStub or
+// UpstreamSimulator) with a config reload through its admin endpoint: the
+// same process, so its CPU time keeps counting.
+func (s *Stack) UseUpstream(ctx context.Context, upstream string) error {
+	if upstream != UpstreamStub && upstream != UpstreamSimulator {
+		return fmt.Errorf("unknown upstream %q (want %s or %s)", upstream, UpstreamStub, UpstreamSimulator)
+	}
+	if upstream == s.Upstream {
+		return nil
+	}
+	s.Upstream = upstream
+	s.Caddyfile = s.proxyCaddyfile()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ProxyAdmin+"/load", strings.NewReader(s.Caddyfile))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("reloading the proxy: %s: %s", resp.Status, msg)
+	}
+	return nil
+}
+
+// UpstreamProcess is the process of the upstream in use.
+func (s *Stack) UpstreamProcess() *Process {
+	if s.Upstream == UpstreamSimulator {
+		return s.Simulator
+	}
+	return s.UpstreamStub
+}
+
 // Stop stops every process and removes the directory.
 func (s *Stack) Stop() {
-	for _, p := range []*Process{s.Proxy, s.Simulator, s.GuardrailsStub} {
+	for _, p := range []*Process{s.Proxy, s.Simulator, s.GuardrailsStub, s.UpstreamStub} {
 		if p != nil {
 			p.Stop()
 		}
@@ -149,7 +199,7 @@ func (s *Stack) Stop() {
 
 // Alive reports an error if a process of the stack has exited.
 func (s *Stack) Alive() error {
-	for _, p := range []*Process{s.Proxy, s.Simulator, s.GuardrailsStub, s.Redis.Process} {
+	for _, p := range []*Process{s.Proxy, s.Simulator, s.GuardrailsStub, s.UpstreamStub, s.Redis.Process} {
 		if p.Exited() {
 			return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20))
 		}
@@ -196,9 +246,13 @@ func simulatorCaddyfile(port, admin int, dir string) string {
 // proxyCaddyfile serves each configuration on its own port, in front of the
 // same upstream. The limits are far above the load, so that the checks run
 // on every request and never refuse one.
-func proxyCaddyfile(admin int, dir string, upstream int, guardrailsURL, redisURL string, sites map[string]int) string {
-	up := "127.0.0.1:" + strconv.Itoa(upstream)
-	redis := fmt.Sprintf("\t\tredis %s\n", redisURL)
+func (s *Stack) proxyCaddyfile() string {
+	admin, dir, guardrailsURL, sites := s.proxyAdmin, s.Dir, s.guardrailsURL, s.sites
+	up := strings.TrimPrefix(s.SimulatorURL, "http://")
+	if s.Upstream == UpstreamStub {
+		up = strings.TrimPrefix(s.StubURL, "http://")
+	}
+	redis := fmt.Sprintf("\t\tredis %s\n", s.Redis.URL())
 	limits := `		limits {
 			requests_per_minute 10000000
 			tokens_per_second   10000000

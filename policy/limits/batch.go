@@ -1,0 +1,221 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Pipelining, after envoyproxy/ratelimit's REDIS_PIPELINE_WINDOW and
+// REDIS_PIPELINE_LIMIT: the scripts of concurrent requests share one write
+// and one read to Redis, each still its own atomic script with its own
+// answer.
+const (
+	// pipelineLimit is the most admissions one pipeline carries.
+	pipelineLimit = 128
+	// flushLimit is the most settlements or holds one pipeline of a flush
+	// carries.
+	flushLimit = 1024
+	// maxInflight is the most admission pipelines in flight to one node.
+	// One: with four, TestRedisManyOrgsSettleBehindASlowRedis saw (under
+	// -race) an admission come back with neither an answer nor an error,
+	// a lead hand-off bug not yet found. More than one would keep a leader
+	// that is slow to be scheduled on a busy machine from holding up every
+	// admission behind it; see BENCHMARKS.md.
+	maxInflight = 1
+)
+
+// scriptCall is one script for a node batcher, and its answer.
+type scriptCall struct {
+	node   *redis.Client
+	script *redis.Script
+	keys   []string
+	args   []any
+
+	res any
+	err error
+	// state is guarded by the batcher's mutex.
+	state callState
+	// wake carries one signal: the answer is in (state sent), or the
+	// call is to lead the next pipeline (state leading).
+	wake chan struct{}
+}
+
+type callState uint8
+
+const (
+	queued callState = iota
+	leading
+	sent
+)
+
+// nodeBatcher sends the admissions for one Redis node. Its window is the
+// pipelines in flight: while maxInflight are, the admissions that arrive
+// (up to pipelineLimit) gather for the next. A lone admission finds a free
+// slot and goes at once, so batching adds no latency at low load; under
+// load it adds at most one round trip's wait, and saves a write, a read
+// and two wake-ups per admission on both sides. Where envoyproxy/ratelimit
+// flushes its write buffer on a timer (REDIS_PIPELINE_WINDOW), this waits
+// for no timer: the window closes when a pipeline's answer comes back.
+//
+// No goroutine of its own: the caller that finds the node idle sends, and
+// when its pipeline is answered hands the lead to the first admission that
+// waited (which has to be woken anyway), so no request pays for another's
+// answer.
+type nodeBatcher struct {
+	s  *redisStore
+	mu sync.Mutex
+	// inflight counts the leaders: pipelines in flight or about to be.
+	// Below maxInflight, pending is empty.
+	inflight int
+	pending  []*scriptCall
+}
+
+// batcher returns the batcher of node, by address: a cluster client may
+// replace a node's client, the node stays the same.
+func (s *redisStore) batcher(node *redis.Client) *nodeBatcher {
+	addr := node.Options().Addr
+	if b, ok := s.batchers.Load(addr); ok {
+		return b.(*nodeBatcher)
+	}
+	b, _ := s.batchers.LoadOrStore(addr, &nodeBatcher{s: s})
+	return b.(*nodeBatcher)
+}
+
+// do runs c in the node's next pipeline and waits for its answer until ctx
+// ends. A call that ctx ends before it was written is taken off the queue:
+// it never runs. One that was written may have run; its answer is dropped.
+func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
+	c.wake = make(chan struct{}, 1)
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	if b.inflight < maxInflight {
+		b.inflight++
+		b.mu.Unlock()
+		b.lead(c)
+		return c.res, c.err
+	}
+	b.mu.Unlock()
+	select {
+	case <-c.wake:
+	case <-ctx.Done():
+		b.mu.Lock()
+		st := c.state
+		if st != sent {
+			if i := slices.Index(b.pending, c); i >= 0 {
+				b.pending = slices.Delete(b.pending, i, i+1)
+			}
+		}
+		b.mu.Unlock()
+		if st == leading {
+			go b.lead(nil) // it was handed the lead: pass it on
+		}
+		return nil, ctx.Err()
+	}
+	b.mu.Lock()
+	st := c.state
+	b.mu.Unlock()
+	if st == leading {
+		b.lead(c) // its answer comes with this pipeline
+	}
+	return c.res, c.err
+}
+
+// lead sends self (nil for none) and the calls waiting, up to
+// pipelineLimit, in one pipeline, then hands the lead
+// to the first call still waiting and not already handed one (with several
+// pipelines in flight, two leaders may finish before the first woken
+// takes the queue), or gives up its slot.
+func (b *nodeBatcher) lead(self *scriptCall) {
+	b.mu.Lock()
+	// Its own call and those waiting, up to pipelineLimit; a call handed
+	// the lead by another leader stays, for its own pipeline.
+	var batch []*scriptCall
+	rest := b.pending[:0]
+	for _, c := range b.pending {
+		if len(batch) < pipelineLimit && (c == self || c.state == queued) {
+			c.state = sent
+			batch = append(batch, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	clear(b.pending[len(rest):])
+	b.pending = rest
+	b.mu.Unlock()
+	if len(batch) > 0 {
+		b.s.pipeline(batch[len(batch)-1].node, batch)
+		for _, c := range batch {
+			c.wake <- struct{}{}
+		}
+	}
+	b.mu.Lock()
+	// The first call not yet handed a lead by another pipeline's leader.
+	i := slices.IndexFunc(b.pending, func(c *scriptCall) bool { return c.state == queued })
+	if i < 0 {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	next := b.pending[i]
+	next.state = leading
+	b.mu.Unlock()
+	next.wake <- struct{}{}
+}
+
+// pipeline sends calls to node in one pipeline (one write, one read) and
+// stores each call's answer in it. A call refused with NOSCRIPT did not
+// run: those go once more as EVAL, which loads the script. Nothing else is
+// sent twice: a call whose answer was lost may have run, and a script
+// debits. The pipeline is bounded by store_timeout from now: a caller
+// gone does not cancel the others' admissions.
+func (s *redisStore) pipeline(node *redis.Client, calls []*scriptCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := node.Pipeline()
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var again []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe := node.Pipeline()
+		for _, i := range again {
+			c := calls[i]
+			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	moved := false
+	for i, c := range calls {
+		c.res, c.err = cmds[i].Result()
+		if c.err != nil {
+			if class, _ := classify(c.err); class == "moved" {
+				moved = true
+			}
+		}
+	}
+	if moved {
+		// A slot moved (resharding, failover): those scripts did not run.
+		// Refresh the slot map now rather than at the next periodic reload.
+		if cc, ok := s.client.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx)
+		}
+	}
+}
+
+// notSent tells whether err means the command never reached Redis: no
+// connection could be had. Only such a settlement is queued again.
+func notSent(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+}

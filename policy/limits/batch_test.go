@@ -1,0 +1,198 @@
+package limits
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/systemone/systemone-gateway/internal/faultproxy"
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+// waitPending yields until n admissions wait in b: a condition, not a
+// deadline (the test's own timeout bounds it).
+func waitPending(b *nodeBatcher, n int) {
+	for {
+		b.mu.Lock()
+		got := len(b.pending)
+		b.mu.Unlock()
+		if got == n {
+			return
+		}
+		runtime.Gosched()
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// pretendBusy makes the node's batcher behave as if maxInflight pipelines
+// were in flight, so that admissions queue until the test calls lead (which
+// then frees one slot).
+func pretendBusy(t *testing.T, l *Limiter) *nodeBatcher {
+	t.Helper()
+	b := l.redis.batcher(l.redis.client.(*redis.Client))
+	b.mu.Lock()
+	b.inflight = maxInflight
+	b.mu.Unlock()
+	return b
+}
+
+// TestRedisAdmissionsShareAPipeline: admissions that arrive while a
+// pipeline is in flight go together in the next one, each its own script
+// with its own answer.
+func TestRedisAdmissionsShareAPipeline(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{RequestsPerMinute: i64(1000), StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "warm", 1)) // connects, loads the script
+	hook := &countHook{}
+	universal(l).AddHook(hook)
+	b := pretendBusy(t, l)
+
+	const n = 50
+	got := make([]Decision, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { got[i] = l.Admit(bg, "acme", 1) })
+	}
+	waitPending(b, n)
+	b.lead(nil)
+	wg.Wait()
+	if s, c := hook.sent.Load(), hook.scripts.Load(); s != 1 || c != n {
+		t.Fatalf("%d pipelines with %d scripts for %d admissions, want 1 with %d", s, c, n, n)
+	}
+	var remaining []int64
+	for _, d := range got {
+		if !d.Allowed || d.redis == nil {
+			t.Fatalf("%+v, want admitted by Redis", d)
+		}
+		remaining = append(remaining, d.Requests.Remaining)
+	}
+	slices.Sort(remaining)
+	for i, r := range remaining {
+		if r != int64(1000-n+i) {
+			t.Fatalf("remaining %v: each admission must see its own answer", remaining)
+		}
+	}
+	if b.inflight != maxInflight-1 || len(b.pending) != 0 {
+		t.Fatalf("%d in flight, %d pending after the pipeline", b.inflight, len(b.pending))
+	}
+	// A lone admission goes at once, in a pipeline of its own.
+	hook.sent.Store(0)
+	mustAllow(t, l.Admit(bg, "acme", 1))
+	if s := hook.sent.Load(); s != 1 {
+		t.Fatalf("a lone admission took %d round trips", s)
+	}
+}
+
+// TestRedisAdmissionGoneBeforeItsPipelineNeverRuns: an admission whose
+// store_timeout ends while it waits for a pipeline is taken off the queue.
+func TestRedisAdmissionGoneBeforeItsPipelineNeverRuns(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{RequestsPerMinute: i64(1000), StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "warm", 1))
+	b := pretendBusy(t, l)
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan Decision)
+	go func() { done <- l.Admit(ctx, "acme", 1) }()
+	waitPending(b, 1)
+	cancel()
+	if d := <-done; !d.Unavailable {
+		t.Fatalf("%+v, want unavailable (on_store_error deny)", d)
+	}
+	waitPending(b, 0)
+	b.lead(nil) // nothing to send: frees a slot
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Requests.Remaining != 999 {
+		t.Fatalf("remaining %d, want 999: the abandoned admission ran", d.Requests.Remaining)
+	}
+}
+
+// TestRedisManyOrgsSettleBehindASlowRedis: tens of thousands of
+// organizations, each far above its estimate or far below it, behind a
+// Redis 2ms away, with a queue small enough to push back: every bucket
+// ends exactly where usage says, nothing dropped or lost. (A slow refill
+// keeps every key alive until it is read.)
+func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	proxy.Latency(time.Millisecond, time.Millisecond)
+	clk := newFakeClock()
+	const burst = 100_000
+	cfg := Config{RequestsPerMinute: i64(100), TokensPerSecond: i64(1), TokenBurst: i64(burst), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
+	l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()), prefixed("many:"))
+	l.redis.maxPending = 1000
+
+	const orgs, workers, estimate = 30_000, 64, 500
+	usage := func(i int) int64 {
+		if i%3 == 0 {
+			return 10 // a refund
+		}
+		return estimate + int64(i%4000) // far above the estimate
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < orgs; i += workers {
+				d := l.Admit(bg, "org"+strconv.Itoa(i), estimate)
+				if !d.Allowed || d.redis == nil {
+					t.Errorf("org%d: %+v", i, d)
+					return
+				}
+				l.Settle(d, usage(i))
+			}
+		})
+	}
+	wg.Wait()
+	l.redis.drain()
+	if lost, dropped := l.redis.lostAnswers.Load(), l.redis.dropped.Load(); lost != 0 || dropped != 0 {
+		t.Fatalf("%d settlements lost, %d dropped", lost, dropped)
+	}
+
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = direct.Close() })
+	for start := 0; start < orgs; start += 1000 {
+		pipe := direct.Pipeline()
+		var cmds []*redis.StringCmd
+		for i := start; i < min(start+1000, orgs); i++ {
+			cmds = append(cmds, pipe.HGet(bg, "many:{org"+strconv.Itoa(i)+"}:b", "t"))
+		}
+		if _, err := pipe.Exec(bg); err != nil {
+			t.Fatal(err)
+		}
+		for j, cmd := range cmds {
+			i := start + j
+			want := (burst - usage(i)) * unit
+			if got, err := cmd.Int64(); err != nil || got != want {
+				t.Fatalf("org%d: tokens %d (%v), want %d", i, got, err, want)
+			}
+		}
+	}
+}
+
+// TestRedisSettlementsDroppedOnlyWhileLost: with Redis lost and the queue
+// full, new organizations are dropped, counted and logged once; those
+// queued still add up.
+func TestRedisSettlementsDroppedOnlyWhileLost(t *testing.T) {
+	srv := redistest.Start(t)
+	l, logs := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()))
+	s := l.redis
+	s.maxPending = 10
+	s.lost.Store(true) // no probe runs: nothing flushes
+	for i := range 15 {
+		s.settle("org"+strconv.Itoa(i), defaultLimits, -10, nil)
+	}
+	s.settle("org1", defaultLimits, 30, nil)
+	s.mu.Lock()
+	n, org1 := len(s.settles), s.settles["org1"].delta
+	s.mu.Unlock()
+	if n != 10 || org1 != 20 || s.dropped.Load() != 5 {
+		t.Fatalf("%d queued, org1 %d, %d dropped", n, org1, s.dropped.Load())
+	}
+	if w := logs.FilterMessage("redis lost and its settlement queue full; dropping settlements").Len(); w != 1 {
+		t.Fatalf("%d warnings, want one per episode", w)
+	}
+}
