@@ -238,13 +238,17 @@ func TestAdmitRequestUsesRequestsOnly(t *testing.T) {
 	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
 		l, clk := mk(Config{RequestsPerMinute: i64(3), TokensPerSecond: i64(1), TokenBurst: i64(10)})
 		mustAllow(t, l.Admit(bg, "acme", 10))
-		mustRefuse(t, l.Admit(bg, "acme", 1), time.Second, "Rate limit exceeded: 1 input tokens per second for organization acme")
+		// Refused on its tokens, the request still counts one request.
+		refused := l.Admit(bg, "acme", 1)
+		mustRefuse(t, refused, time.Second, "Rate limit exceeded: 1 input tokens per second for organization acme")
+		if d := refused; d.Requests != (Quota{3, 1}) {
+			t.Fatalf("token refusal: %+v, want one request counted", d.Requests)
+		}
 		d := mustAllow(t, l.AdmitRequest(bg, "acme"))
 		// The token bucket is reported (for the headers), not charged.
-		if d.Requests != (Quota{3, 1}) || d.Tokens != (Quota{10, 0}) || d.Charged != 0 {
+		if d.Requests != (Quota{3, 0}) || d.Tokens != (Quota{10, 0}) || d.Charged != 0 {
 			t.Fatalf("AdmitRequest: %+v", d)
 		}
-		mustAllow(t, l.AdmitRequest(bg, "acme"))
 		mustRefuse(t, l.AdmitRequest(bg, "acme"), 20*time.Second, "Rate limit exceeded: 3 requests per minute for organization acme")
 		// Requests-only admissions must not stall the token bucket's refill.
 		clk.advance(20 * time.Second)

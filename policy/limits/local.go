@@ -207,6 +207,12 @@ func (s *localStore) admit(org string, c check, now, wall int64) outcome {
 			o.tokWait = waitFor(c.tok, tok, c.tokCost)
 		}
 		o.allowed = o.holdWait == 0 && o.reqWait == 0 && o.tokWait == 0
+		if !o.allowed && o.reqWait == 0 && c.usesReq() {
+			// Refused by the tokens or a hold: the request still counts
+			// one request, as every request does (see admitScript).
+			req -= c.reqCost
+			e.req = stored{level: req, at: now, known: true}
+		}
 		if o.allowed {
 			if c.usesReq() {
 				req -= c.reqCost

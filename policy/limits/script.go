@@ -54,8 +54,9 @@ end
 
 // admitScript checks and debits both buckets (and checks the hold), and
 // checks and reserves the budget, in one round trip: a refusal by any of
-// them changes none of them, except that a budget refusal counts its one
-// request when the requests bucket can pay. ARGV: now, rcap, rrate, tcap,
+// them changes none of them, except that every request counts one request
+// when the requests bucket can pay (a client refused on its tokens, its
+// budget or an upstream hold must not make the gateway parse for free). ARGV: now, rcap, rrate, tcap,
 // trate (units, units/µs; cap 0 is off), rcost, tcost (units; negative: not
 // consulted), hold ("1": check it), the caller's own hold (µs left); then
 // the budget (nano-yuan; 0: none), its reservation (nano-yuan; negative:
@@ -113,6 +114,12 @@ end
 if usereq and r < rcost then rwait = math.ceil((rcost - r) / rrate) end
 if usetok and t < tcost then twait = math.ceil((tcost - t) / trate) end
 local ok = holdwait == 0 and rwait == 0 and twait == 0
+if not ok and usereq and rwait == 0 then
+  -- refused by the tokens or a hold: the request still counts one request
+  r = r - rcost
+  redis.call('HSET', KEYS[1], 'r', int(r), 'ra', int(now))
+  expire()
+end
 if ok and (usereq or usetok) then
   local f = {}
   if usereq then
