@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -127,19 +126,7 @@ func TestBreakerIgnoresQuotaAndCancellation(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		// The client gives up once its request is at the upstream (a
 		// fixed timeout could give up before, on a loaded machine).
-		ctx, cancel := context.WithCancel(context.Background())
-		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/systemone", strings.NewReader(modelBody("m")))
-		req.Header.Set("Authorization", "Bearer k")
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		waitFor(t, func() bool { return up.Calls() == int64(11+i) }, 10*time.Second)
-		cancel()
-		<-done
+		abandon(t, url, "k", modelBody("m"), func() bool { return up.Calls() == int64(11+i) })
 	}
 	if n := up.Calls(); n != 14 {
 		t.Fatalf("%d upstream calls, want 14 (nothing refused by the breaker)", n)

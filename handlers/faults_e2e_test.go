@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
-	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -535,20 +534,7 @@ func TestFaultsUpstream(t *testing.T) {
 		sites, url := site(t, up.Addr(), "\t\tbreaker {\n\t\t\tfailures 3\n\t\t}\n\t\tlimits\n"+routeBlock)
 		g := gatewaytest.Load(t, sites)
 		for i := range 3 {
-			ctx, cancel := context.WithCancel(context.Background())
-			req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/systemone", strings.NewReader(smallBody))
-			req.Header.Set("Authorization", "Bearer gone")
-			done := make(chan error, 1)
-			go func() {
-				resp, err := http.DefaultClient.Do(req)
-				if err == nil {
-					resp.Body.Close()
-				}
-				done <- err
-			}()
-			waitFor(t, func() bool { return up.Calls() == int64(i+1) }, 5*time.Second)
-			cancel()
-			if err := <-done; err == nil {
+			if abandon(t, url, "gone", smallBody, func() bool { return up.Calls() == int64(i+1) }) {
 				t.Fatal("the client got an answer it gave up on")
 			}
 			waitLog(t, g.Log, "systemone request", i+1, 5*time.Second)

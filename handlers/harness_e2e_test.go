@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -232,6 +233,29 @@ func (b baseline) settle(t *testing.T, proxies ...*faultproxy.Proxy) {
 }
 
 // waitLog polls the gateway log until n entries with message msg are in it.
+// abandon posts an evaluation as key and gives up once ready says the
+// request got where the test wants it (at the upstream, at the guardrails
+// service), as a client that goes away would. It reports whether the client
+// got an answer all the same.
+func abandon(t *testing.T, url, key, body string, ready func() bool) (answered bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/systemone", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	waitFor(t, ready, 10*time.Second)
+	cancel()
+	return <-done == nil
+}
+
 // waitFor polls cond until it holds, failing the test after within.
 func waitFor(t *testing.T, cond func() bool, within time.Duration) {
 	t.Helper()
