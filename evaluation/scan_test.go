@@ -23,8 +23,11 @@ func referenceStr(b []byte) (end int, failed bool, runes, size int64) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
-					return i, true, runes, size
+				// Python's decoder reports a bad escape at its u, and
+				// wants something after the four digits (as CPython's
+				// scanner does: `"\u1234` at the end is a bad escape).
+				if i+6 >= len(b) || !isHex4(b[i+2:i+6]) {
+					return i + 1, true, runes, size
 				}
 				i += 6
 			default:
