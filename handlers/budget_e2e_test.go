@@ -340,6 +340,8 @@ func TestBudgetSurvivesReload(t *testing.T) {
 				waitRemaining(t, url, "k", want)
 			}
 			g.Reload(config("500"))
+			// The reload closed the old server's keep-alive connections.
+			http.DefaultClient.CloseIdleConnections()
 			waitRemaining(t, url, "k", "3.00")
 			if resp, _ := post(t, url, "k", smallBody); resp.Header.Get("X-Budget-Remaining") != "2.50" {
 				t.Fatalf("after the price change: remaining %q, want 2.50", resp.Header.Get("X-Budget-Remaining"))
