@@ -90,13 +90,9 @@ func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
 // yuanArg reads one amount in yuan, placeholders resolved (package limits
 // checks its bounds).
 func yuanArg(d *caddyfile.Dispenser) (*limits.Yuan, error) {
-	v, err := resolvedArg(d)
+	y, _, err := amount(d)
 	if err != nil {
 		return nil, err
-	}
-	y, err := limits.ParseYuan(v)
-	if err != nil {
-		return nil, d.Err(err.Error())
 	}
 	if d.NextArg() {
 		return nil, d.ArgErr()
@@ -106,13 +102,9 @@ func yuanArg(d *caddyfile.Dispenser) (*limits.Yuan, error) {
 
 // budgetArg reads `<yuan> per day|month`.
 func budgetArg(d *caddyfile.Dispenser) (*limits.Budget, error) {
-	v, err := resolvedArg(d)
+	y, v, err := amount(d)
 	if err != nil {
 		return nil, err
-	}
-	y, err := limits.ParseYuan(v)
-	if err != nil {
-		return nil, d.Err(err.Error())
 	}
 	if !d.NextArg() || d.Val() != "per" {
 		return nil, d.Errf("budget %s: want `budget <yuan> per day|month`", v)
@@ -122,4 +114,17 @@ func budgetArg(d *caddyfile.Dispenser) (*limits.Budget, error) {
 		return nil, err
 	}
 	return &limits.Budget{Yuan: y, Per: per}, nil
+}
+
+// amount reads one amount in yuan, and the text it was written as.
+func amount(d *caddyfile.Dispenser) (limits.Yuan, string, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return 0, "", err
+	}
+	y, err := limits.ParseYuan(v)
+	if err != nil {
+		return 0, "", d.Err(err.Error())
+	}
+	return y, v, nil
 }

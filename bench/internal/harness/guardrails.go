@@ -2,10 +2,8 @@ package harness
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -70,22 +68,5 @@ func serveStub(w http.ResponseWriter, r *http.Request) {
 
 // startGuardrailsStub runs this program again as the guardrails stub.
 func startGuardrailsStub(dir string) (*Process, string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, "", err
-	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, "", err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p, err := startProcessEnv("guardrails", dir, []string{guardrailsStubEnv + "=" + addr}, self)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := p.WaitListening(addr, 10*time.Second); err != nil {
-		p.Stop()
-		return nil, "", errors.Join(err, errors.New("the guardrails stub did not start: does main call harness.ServeGuardrailsStubIfAsked?"))
-	}
-	return p, "http://" + addr, nil
+	return startStub("guardrails", dir, guardrailsStubEnv, "does main call harness.ServeGuardrailsStubIfAsked?")
 }

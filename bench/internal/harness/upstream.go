@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -91,6 +92,13 @@ func (u *upstreamStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // startUpstreamStub runs this program again as the cheap upstream.
 func startUpstreamStub(dir string) (*Process, string, error) {
+	return startStub("upstream", dir, upstreamStubEnv, "does main call harness.ServeGuardrailsStubIfAsked? (it serves both stubs)")
+}
+
+// startStub runs this program again as a stub server named name, told its
+// address through the environment variable env; hint says what to check
+// when it does not start. It returns the stub's base URL.
+func startStub(name, dir, env, hint string) (*Process, string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", err
@@ -100,13 +108,13 @@ func startUpstreamStub(dir string) (*Process, string, error) {
 		return nil, "", err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p, err := startProcessEnv("upstream", dir, []string{upstreamStubEnv + "=" + addr}, self)
+	p, err := startProcessEnv(name, dir, []string{env + "=" + addr}, self)
 	if err != nil {
 		return nil, "", err
 	}
 	if err := p.WaitListening(addr, 10*time.Second); err != nil {
 		p.Stop()
-		return nil, "", err
+		return nil, "", errors.Join(err, fmt.Errorf("the %s stub did not start: %s", name, hint))
 	}
 	return p, "http://" + addr, nil
 }
