@@ -20,13 +20,10 @@ const (
 	// flushLimit is the most settlements or holds one pipeline of a flush
 	// carries.
 	flushLimit = 1024
-	// maxInflight is the most admission pipelines in flight to one node.
-	// One: with four, TestRedisManyOrgsSettleBehindASlowRedis saw (under
-	// -race) an admission come back with neither an answer nor an error,
-	// a lead hand-off bug not yet found. More than one would keep a leader
-	// that is slow to be scheduled on a busy machine from holding up every
-	// admission behind it; see BENCHMARKS.md.
-	maxInflight = 1
+	// maxInflight is the most admission pipelines in flight to one node:
+	// more than one keeps a leader that is slow to be scheduled on a busy
+	// machine from holding up every admission behind it.
+	maxInflight = 4
 )
 
 // scriptCall is one script for a node batcher, and its answer.
@@ -95,6 +92,10 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 	b.pending = append(b.pending, c)
 	if b.inflight < maxInflight {
 		b.inflight++
+		// Leading already: another leader finishing its pipeline must
+		// neither take c into its own (c would return before its answer
+		// is in) nor hand c a second lead.
+		c.state = leading
 		b.mu.Unlock()
 		b.lead(c)
 		return c.res, c.err

@@ -196,3 +196,44 @@ func TestRedisSettlementsDroppedOnlyWhileLost(t *testing.T) {
 		t.Fatalf("%d warnings, want one per episode", w)
 	}
 }
+
+// TestRedisConcurrentLeadersAnswerEveryAdmission: with several pipelines in
+// flight, a leader finishing its pipeline must not take the admission that
+// has just taken a free slot (it would return before its answer is in), nor
+// hand it a second lead. Every admission comes back with its own answer,
+// and the counts add up.
+func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
+	srv := redistest.Start(t)
+	const workers, each = 48, 150
+	l, _ := newLimiter(t, Config{RequestsPerMinute: i64(workers * each), StoreTimeout: slow, OnStoreError: StoreErrorDeny}, newFakeClock(), true, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "warm", 1))
+	seen := make([]bool, workers*each)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				d := l.Admit(bg, "acme", 1)
+				if !d.Allowed || d.redis == nil {
+					t.Errorf("%+v, want admitted with Redis's answer", d)
+					return
+				}
+				mu.Lock()
+				dup := seen[d.Requests.Remaining]
+				seen[d.Requests.Remaining] = true
+				mu.Unlock()
+				if dup {
+					t.Errorf("remaining %d answered twice", d.Requests.Remaining)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b := l.redis.batcher(l.redis.client.(*redis.Client))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inflight != 0 || len(b.pending) != 0 {
+		t.Fatalf("%d in flight, %d pending once every admission is answered", b.inflight, len(b.pending))
+	}
+}
