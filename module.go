@@ -14,6 +14,7 @@ import (
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
 	_ "github.com/systemone/systemone-gateway/handlers/review"        // registers systemone_review
+	_ "github.com/systemone/systemone-gateway/internal/bufferedlog"   // registers the buffered log writer
 	_ "github.com/systemone/systemone-gateway/policy/route/calibrate" // registers the calibrate subcommand
 	_ "github.com/systemone/systemone-gateway/simulator"              // registers systemone_simulator
 )

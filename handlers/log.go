@@ -21,75 +21,85 @@ func (h *Handler) record(x *exchange) {
 	h.metrics.observe(x, h.orgLabel(x.org))
 	x.annotate(breakerState)
 
-	ce := h.logger.Check(zapcore.InfoLevel, "systemone request")
-	if ce == nil {
-		return
+	if ce := h.logger.Check(zapcore.InfoLevel, "systemone request"); ce != nil {
+		// One inline object instead of a field list: the encoder is
+		// handed the values directly, with nothing allocated to carry
+		// them.
+		ce.Write(zap.Inline(logEntry{x: x, breakerState: breakerState, total: h.now().Sub(x.start)}))
 	}
-	var (
-		modelRequested, routeName, routeReason string
-		minConfidence                          *float64
-		risk, action, categories               string
-		guardrailsMS                           *float64
-		estimated                              *int64
-		tokensInput                            *int64
-		cost                                   *float64
-		upstreamMS                             *float64
-	)
+}
+
+// logEntry is the fields of a request's log entry, in the contract's order.
+type logEntry struct {
+	x            *exchange
+	breakerState string
+	total        time.Duration
+}
+
+// MarshalLogObject implements zapcore.ObjectMarshaler.
+func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	x := e.x
+	var modelRequested, routeName, routeReason string
 	if x.req != nil {
 		modelRequested = x.req.ModelOrDefault()
-		estimated = &x.req.EstimatedTokens
 	}
 	if x.route != nil {
 		routeName, routeReason = x.route.Route, x.route.Reason
-		if x.route.HasMinConfidence {
-			minConfidence = &x.route.MinConfidence
-		}
 	}
+	enc.AddString("org", x.org)
+	enc.AddString("model_requested", modelRequested)
+	enc.AddString("model", x.model)
+	enc.AddInt("status", x.status)
+	enc.AddString("reject", x.reject)
+	enc.AddString("route", routeName)
+	enc.AddString("route_reason", routeReason)
+	addFloatOrNull(enc, "min_confidence", x.route != nil && x.route.HasMinConfidence, func() float64 { return x.route.MinConfidence })
+	var risk, action, categories string
 	if v := x.verdict; v != nil {
 		risk, action, categories = v.Risk, v.Action, strings.Join(v.Categories, ",")
-		guardrailsMS = millis(v.Elapsed)
+	}
+	enc.AddString("guardrails_risk", risk)
+	enc.AddString("guardrails_action", action)
+	enc.AddString("guardrails_categories", categories)
+	addFloatOrNull(enc, "guardrails_ms", x.verdict != nil, func() float64 { return millis(x.verdict.Elapsed) })
+	if x.req != nil {
+		enc.AddInt64("tokens_estimated", x.req.EstimatedTokens)
+	} else {
+		addNull(enc, "tokens_estimated")
 	}
 	if x.hasUsage {
-		tokensInput = &x.usage
-		c := x.costYuan()
-		cost = &c
+		enc.AddInt64("tokens_input", x.usage)
+	} else {
+		addNull(enc, "tokens_input")
 	}
-	if x.forwarded {
-		upstreamMS = millis(x.upstream)
-	}
+	addFloatOrNull(enc, "cost_yuan", x.hasUsage, x.costYuan)
+	enc.AddString("breaker_state", e.breakerState)
+	addFloatOrNull(enc, "upstream_ms", x.forwarded, func() float64 { return millis(x.upstream) })
+	enc.AddFloat64("total_ms", millis(e.total))
+	enc.AddString("request_id", x.requestID)
 	// Why reverse_proxy could not reach the upstream (a dial or read
 	// error: addresses, never content), beside the 502/504 it became.
 	var upstreamError string
 	if x.upstreamErr != nil {
 		upstreamError = x.upstreamErr.Error()
 	}
-	ce.Write(
-		zap.String("org", x.org),
-		zap.String("model_requested", modelRequested),
-		zap.String("model", x.model),
-		zap.Int("status", x.status),
-		zap.String("reject", x.reject),
-		zap.String("route", routeName),
-		zap.String("route_reason", routeReason),
-		zap.Float64p("min_confidence", minConfidence),
-		zap.String("guardrails_risk", risk),
-		zap.String("guardrails_action", action),
-		zap.String("guardrails_categories", categories),
-		zap.Float64p("guardrails_ms", guardrailsMS),
-		zap.Int64p("tokens_estimated", estimated),
-		zap.Int64p("tokens_input", tokensInput),
-		zap.Float64p("cost_yuan", cost),
-		zap.String("breaker_state", breakerState),
-		zap.Float64p("upstream_ms", upstreamMS),
-		zap.Float64p("total_ms", millis(h.now().Sub(x.start))),
-		zap.String("request_id", x.requestID),
-		zap.String("upstream_error", upstreamError),
-		zap.Inline(budgetLog{x}),
-	)
+	enc.AddString("upstream_error", upstreamError)
+	return budgetLog{x}.MarshalLogObject(enc)
+}
+
+// addFloatOrNull adds the value of f when ok, else null.
+func addFloatOrNull(enc zapcore.ObjectEncoder, key string, ok bool, f func() float64) {
+	if ok {
+		enc.AddFloat64(key, f())
+		return
+	}
+	addNull(enc, key)
+}
+
+// addNull adds key with a null value.
+func addNull(enc zapcore.ObjectEncoder, key string) {
+	_ = enc.AddReflected(key, nil)
 }
 
 // millis is a duration in milliseconds with microsecond precision.
-func millis(d time.Duration) *float64 {
-	ms := float64(d.Microseconds()) / 1000
-	return &ms
-}
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

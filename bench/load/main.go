@@ -63,6 +63,7 @@ type options struct {
 	simPayloads []string
 	profileDir  string
 	smoke       bool
+	unbuffered  bool
 }
 
 func main() {
@@ -76,6 +77,7 @@ func main() {
 	flag.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
 	flag.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
 	flag.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
+	flag.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile")
 	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
 	flag.Parse()
 	if o.smoke {
@@ -129,7 +131,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	printPayloads(out, payloads)
 
 	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, upstream stub, guardrails stub, proxy ...")
-	stack, err := harness.StartStack(ctx)
+	stack, err := harness.StartStack(ctx, harness.Options{UnbufferedLog: o.unbuffered})
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func run(ctx context.Context, out io.Writer, duration, interval time.Duration, r
 	}
 	fmt.Fprintf(out, "soak: %v at %.0f requests/s, a sample every %v; every payload through %s in turn\n",
 		duration, rate, interval, strings.Join(harness.Configs[1:], ", "))
-	stack, err := harness.StartStack(ctx)
+	stack, err := harness.StartStack(ctx, harness.Options{})
 	if err != nil {
 		return err
 	}

@@ -210,19 +210,29 @@ type Quota struct {
 // that is off sets neither of its headers; an unknown remaining omits that
 // header.
 func (d Decision) SetHeaders(h http.Header) {
-	set := func(name string, q Quota) {
+	set := func(limit, remaining string, q Quota) {
 		if q.Limit == 0 {
 			return
 		}
-		h.Set("X-RateLimit-Limit-"+name, strconv.FormatInt(q.Limit, 10))
+		h[limit] = []string{strconv.FormatInt(q.Limit, 10)}
 		if q.Remaining >= 0 {
-			h.Set("X-RateLimit-Remaining-"+name, strconv.FormatInt(q.Remaining, 10))
+			h[remaining] = []string{strconv.FormatInt(q.Remaining, 10)}
 		}
 	}
-	set("Requests", d.Requests)
-	set("Tokens", d.Tokens)
+	set(headerLimitRequests, headerRemainingRequests, d.Requests)
+	set(headerLimitTokens, headerRemainingTokens, d.Tokens)
 	d.Budget.SetHeaders(h, 0)
 }
+
+// The rate-limit headers, in the canonical form net/http writes them in
+// (X-RateLimit-… canonicalizes to X-Ratelimit-…), so that setting them
+// needs no canonicalization per request.
+const (
+	headerLimitRequests     = "X-Ratelimit-Limit-Requests"
+	headerRemainingRequests = "X-Ratelimit-Remaining-Requests"
+	headerLimitTokens       = "X-Ratelimit-Limit-Tokens"
+	headerRemainingTokens   = "X-Ratelimit-Remaining-Tokens"
+)
 
 // Admit decides on an evaluation request of org estimated at estimatedTokens
 // input tokens: both buckets, any upstream hold and the budget. The token

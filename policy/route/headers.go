@@ -20,19 +20,24 @@ const (
 // are left out when unknown (X-Route-Model also when the version holds bytes
 // a header value cannot carry), X-Route-Questions when there are no questions.
 func (d Decision) SetHeaders(h http.Header) {
-	for _, name := range [...]string{HeaderRoute, HeaderReason, HeaderModel, HeaderConfidence, HeaderQuestions} {
-		h.Del(name)
-	}
-	h.Set(HeaderRoute, d.Route)
-	h.Set(HeaderReason, d.Reason)
+	// The names are canonical already: plain map writes, no
+	// canonicalization per request.
+	h[HeaderRoute] = []string{d.Route}
+	h[HeaderReason] = []string{d.Reason}
 	if d.Model != "" && isPrintableASCII(d.Model) {
-		h.Set(HeaderModel, d.Model)
+		h[HeaderModel] = []string{d.Model}
+	} else {
+		delete(h, HeaderModel)
 	}
 	if d.HasMinConfidence {
-		h.Set(HeaderConfidence, strconv.FormatFloat(d.MinConfidence, 'f', 2, 64))
+		h[HeaderConfidence] = []string{strconv.FormatFloat(d.MinConfidence, 'f', 2, 64)}
+	} else {
+		delete(h, HeaderConfidence)
 	}
 	if len(d.Questions) > 0 {
-		h.Set(HeaderQuestions, d.questionsHeader())
+		h[HeaderQuestions] = []string{d.questionsHeader()}
+	} else {
+		delete(h, HeaderQuestions)
 	}
 }
 

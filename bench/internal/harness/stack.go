@@ -62,19 +62,28 @@ type Stack struct {
 	// Caddyfile is the proxy process's configuration, as written.
 	Caddyfile string
 
+	options       Options
 	guardrailsURL string
 	proxyAdmin    int
 	sites         map[string]int
 }
 
+// Options are the choices a benchmark makes about the stack.
+type Options struct {
+	// UnbufferedLog writes the processes' logs with Caddy's file writer,
+	// one write(2) per entry, instead of through the gateway's buffered
+	// writer (as the embedded default Caddyfile does).
+	UnbufferedLog bool
+}
+
 // StartStack builds the gateway and starts the stack in a new temporary
 // directory. Call Stop when done, also after an error.
-func StartStack(ctx context.Context) (*Stack, error) {
+func StartStack(ctx context.Context, o Options) (*Stack, error) {
 	dir, err := os.MkdirTemp("", "systemone-bench-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{Dir: dir, URLs: make(map[string]string)}
+	s := &Stack{Dir: dir, URLs: make(map[string]string), options: o}
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -101,7 +110,7 @@ func (s *Stack) start(ctx context.Context) error {
 	s.ProxyAdmin = "http://127.0.0.1:" + strconv.Itoa(proxyAdmin)
 
 	simFile := filepath.Join(s.Dir, "simulator.Caddyfile")
-	if err := os.WriteFile(simFile, []byte(simulatorCaddyfile(simPort, simAdmin, s.Dir)), 0o644); err != nil {
+	if err := os.WriteFile(simFile, []byte(simulatorCaddyfile(simPort, simAdmin, s.Dir, s.options)), 0o644); err != nil {
 		return err
 	}
 	if s.Simulator, err = startCaddy("simulator", s.Dir, bin, simFile, []string{"127.0.0.1:" + strconv.Itoa(simPort)}); err != nil {
@@ -211,26 +220,31 @@ func (s *Stack) Alive() error {
 // saved, no HTTPS. One log, so that Caddy encodes each entry's fields once.
 // At info level it holds the gateway's request log (written as in
 // production: it is part of the gateway's cost) and nothing per request
-// from Caddy itself.
-func globalOptions(admin int, dir, name string) string {
+// from Caddy itself. The log is buffered as in the embedded default
+// Caddyfile, unless o says not to.
+func globalOptions(admin int, dir, name string, o Options) string {
+	output := "output file " + filepath.Join(dir, name+".caddy.log")
+	if !o.UnbufferedLog {
+		output = "output buffered {\n\t\t\t" + output + "\n\t\t}"
+	}
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
 	auto_https off
 	grace_period 1s
 	log default {
-		output file %s
+		%s
 		format json
 		level INFO
 	}
 }
-`, admin, filepath.Join(dir, name+".caddy.log"))
+`, admin, output)
 }
 
 // simulatorCaddyfile serves the upstream as fast as it goes: no latency,
 // no per-key limits, no token budgets (the large payloads exceed them).
-func simulatorCaddyfile(port, admin int, dir string) string {
-	return globalOptions(admin, dir, "simulator") + fmt.Sprintf(`
+func simulatorCaddyfile(port, admin int, dir string, o Options) string {
+	return globalOptions(admin, dir, "simulator", o) + fmt.Sprintf(`
 :%d {
 	bind 127.0.0.1
 	systemone_simulator {
@@ -287,7 +301,7 @@ func (s *Stack) proxyCaddyfile() string {
 		GuardrailsCached: redis + limits + policies + guardrails("\t\t\tcache 10m\n"),
 	}
 	var b strings.Builder
-	b.WriteString(globalOptions(admin, dir, "proxy"))
+	b.WriteString(globalOptions(admin, dir, "proxy", s.options))
 	for _, name := range Configs {
 		fmt.Fprintf(&b, "\n# %s\n:%d {\n\tbind 127.0.0.1\n", name, sites[name])
 		if name != Plain {

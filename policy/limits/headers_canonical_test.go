@@ -1,0 +1,16 @@
+package limits
+
+import (
+	"net/http"
+	"testing"
+)
+
+// TestHeaderNamesAreCanonical: SetHeaders writes the map directly, which is
+// only right for names net/http would not rewrite.
+func TestHeaderNamesAreCanonical(t *testing.T) {
+	for _, name := range []string{headerLimitRequests, headerRemainingRequests, headerLimitTokens, headerRemainingTokens} {
+		if c := http.CanonicalHeaderKey(name); c != name {
+			t.Errorf("%s is not canonical (%s)", name, c)
+		}
+	}
+}
