@@ -57,6 +57,7 @@ type Limiter struct {
 	local        *localStore
 	releaseLocal func() error
 	redis        *redisStore // nil without Redis
+	leases       *leases     // with Redis and local_allowance; else nil
 	over         *overLimit  // orgs refused by their requests bucket, until it refills
 
 	closeOnce sync.Once
@@ -113,6 +114,9 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 	l.local, l.releaseLocal = acquireLocal(prefix)
 	if rdb != nil {
 		l.redis = newRedisStore(rdb, prefix, timeout, logger)
+		if cfg.LocalAllowance != nil {
+			l.leases = newLeases(l, l.redis, *cfg.LocalAllowance)
+		}
 	}
 	return l, nil
 }
@@ -123,6 +127,9 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 // does nothing.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
+		if l.leases != nil {
+			l.leases.close() // queues what the leases left, for the store's close to send
+		}
 		if l.redis != nil {
 			l.redis.close()
 		}
@@ -170,6 +177,10 @@ type Decision struct {
 	redis *redisStore // or the Redis store
 	price Yuan        // of the admission's config: Settle charges at it
 	spend spendSettle // the reservation to settle (period "" for none)
+	// lease is the lease that paid the tokens (local_allowance), and
+	// leaseSeq which of its leases: Settle corrects against it first.
+	lease    *leaseEntry
+	leaseSeq uint64
 }
 
 // Price is the price per million input tokens of the admission's config
@@ -302,7 +313,16 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 	if c.hold {
 		held = l.local.holdWait(org, now)
 	}
-	if !l.redis.lost.Load() {
+	exact := true
+	if l.leases != nil && lim.budget == 0 && (c.usesReq() || c.usesTok()) {
+		// Budgets need a reservation per request: their orgs stay exact.
+		d, res := l.leases.admit(ctx, org, lim, c, held)
+		if res == leaseDone {
+			return d
+		}
+		exact = res == leaseExact
+	}
+	if exact && !l.redis.lost.Load() {
 		o, err := l.redis.admit(ctx, org, c, held)
 		if err == nil {
 			return l.decide(org, lim, c, o, nil, l.redis)
@@ -423,6 +443,9 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 		}
 	}
 	if delta == 0 && sp == nil {
+		return
+	}
+	if d.lease != nil && sp == nil && d.lease.settle(d.leaseSeq, delta*unit) {
 		return
 	}
 	if d.redis != nil {
