@@ -242,9 +242,14 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 		if g.holdwait > 0 {
 			e.holdUntil = now + g.holdwait
 		}
-		if g.req > 0 || g.tok > 0 {
+		// A call that reports no wait could pay this admission, even
+		// one that needs nothing (an estimate of 0 tokens): hold the
+		// lease, empty as it may be, so that try admits it.
+		if g.req > 0 || g.tok > 0 || g.rwait == 0 && g.twait == 0 {
 			e.held, e.req, e.tok, e.until = true, g.req, g.tok, now+ls.interval
 			e.seq++
+		}
+		if g.req > 0 || g.tok > 0 {
 			ls.taken.Add(1)
 		}
 		e.refused = g.rwait > 0 || g.twait > 0

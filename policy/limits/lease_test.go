@@ -353,3 +353,197 @@ func TestLeaseSettlementsRace(t *testing.T) {
 	}
 	t.Logf("%d leases taken", a.leases.taken.Load()+b.leases.taken.Load())
 }
+
+// overshootBound is the README's bound, in units: what N instances leasing
+// slices of s units for interval T from a bucket refilled at rate units/µs
+// may admit over any window beyond what exact admission may.
+func overshootBound(n int, s, rate int64, interval time.Duration) int64 {
+	return int64(n-1)*s + min(s, rate*interval.Microseconds())
+}
+
+// TestLeaseWorstCase drives N instances (limiters with in-process state
+// of their own, sharing one Redis and one clock) through the sequence that
+// makes leases admit the most beyond exact admission, and the same sequence
+// through exact limiters: the difference reaches the README's bound,
+// (N-1)*s + min(s, r*T), to within the one token the last microsecond of
+// refill makes, and never exceeds it.
+//
+// The sequence: N-1 instances take a lease and let it expire unspent while
+// the bucket refills; then one instance takes a fresh lease and the N-1
+// exchange their old ones for new ones at once, each giving back a full
+// slice that the bucket has refilled meanwhile; one interval later, just
+// before the leases expire, every instance spends all it can.
+func TestLeaseWorstCase(t *testing.T) {
+	srv := redistest.Start(t)
+	const burst, share, interval = 1000, 0.1, time.Second
+	const slice = int64(share * burst)
+	for _, tc := range []struct {
+		n   int
+		tps int64
+	}{
+		{2, 10},   // r*T = 10 < s = 100: (N-1)*s + r*T = 110, more than N*min(s, r*T) = 20
+		{2, 100},  // r*T = s: N*s = 200
+		{2, 1000}, // r*T > s: N*s = 200
+		{3, 10},   // 2*100 + 10 = 210
+	} {
+		t.Run(fmt.Sprintf("N=%d,r=%d", tc.n, tc.tps), func(t *testing.T) {
+			cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(tc.tps), TokenBurst: i64(burst), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
+			run := func(leasing bool) int64 {
+				clk := newFakeClock()
+				prefix := fmt.Sprintf("%s:%v:", t.Name(), leasing)
+				inst := make([]*Limiter, tc.n)
+				for i := range inst {
+					if leasing {
+						inst[i] = newLeaser(t, cfg, share, interval, clk, onRedis(srv.URL()), prefixed(prefix))
+					} else {
+						inst[i], _ = newLimiter(t, cfg, clk, true, onRedis(srv.URL()), prefixed(prefix))
+					}
+					ownProcess(t, inst[i])
+				}
+				for _, l := range inst[1:] {
+					mustAllow(t, l.Admit(bg, "acme", 0)) // a lease, left to expire
+				}
+				clk.advance(time.Hour) // the bucket refills
+				for _, l := range inst {
+					mustAllow(t, l.Admit(bg, "acme", 0)) // fresh leases; the old ones go back
+				}
+				clk.advance(interval - time.Microsecond)
+				var admitted int64
+				for _, l := range inst {
+					for l.Admit(bg, "acme", 1).Allowed {
+						admitted++
+					}
+				}
+				return admitted
+			}
+			exact, leased := run(false), run(true)
+			over := leased - exact
+			bound := overshootBound(tc.n, slice*unit, tc.tps*60, interval) / unit
+			t.Logf("N=%d s=%d r*T=%d: exact admitted %d tokens, leasing %d: %d more; bound (N-1)*s+min(s,r*T) = %d; N*min(s,r*T) = %d",
+				tc.n, slice, tc.tps, exact, leased, over, bound, int64(tc.n)*min(slice, tc.tps))
+			if exact != burst {
+				t.Fatalf("exact admission admitted %d, want the bucket: %d", exact, burst)
+			}
+			if over > bound || over < bound-1 {
+				t.Fatalf("leasing admitted %d more than exact, want the bound %d (less at most the last microsecond's token)", over, bound)
+			}
+		})
+	}
+}
+
+// TestLeaseNeverExceedsTheBound runs random histories of admissions,
+// clock steps and sweeps over three leasing instances and checks every
+// window: what they admitted never exceeds what exact admission could
+// (the capacity plus the refill over the window) by more than the bound.
+func TestLeaseNeverExceedsTheBound(t *testing.T) {
+	srv := redistest.Start(t)
+	const n, burst, tps, share, interval = 3, 1000, 20, 0.1, time.Second
+	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(tps), TokenBurst: i64(burst)}
+	bound := overshootBound(n, int64(share*burst)*unit, tps*60, interval)
+	var worstOfAll int64
+	for seed := range uint64(4) {
+		clk := newFakeClock()
+		inst := make([]*Limiter, n)
+		for i := range inst {
+			inst[i] = ownProcess(t, newLeaser(t, cfg, share, interval, clk, onRedis(srv.URL()), prefixed(fmt.Sprint(t.Name(), seed, ":"))))
+		}
+		rng := rand.New(rand.NewPCG(seed, 11))
+		// admitted[i] is what was admitted at times[i].
+		times, admitted := []int64{clk.now().UnixMicro()}, []int64{0}
+		for range 1500 {
+			l := inst[rng.IntN(n)]
+			switch op := rng.IntN(20); {
+			case op < 7: // mostly leases taken and left unspent
+				if est := rng.Int64N(3); l.Admit(bg, "acme", est).Allowed {
+					admitted[len(admitted)-1] += est
+				}
+			case op < 12: // spend everything
+				for range 200 {
+					if !l.Admit(bg, "acme", 10).Allowed {
+						break
+					}
+					admitted[len(admitted)-1] += 10
+				}
+			case op < 17:
+				var d time.Duration
+				switch rng.IntN(3) {
+				case 0:
+					d = time.Duration(rng.Int64N(int64(100 * time.Millisecond)))
+				case 1:
+					d = interval - time.Duration(rng.Int64N(int64(50*time.Millisecond)))
+				default:
+					d = time.Duration(rng.Int64N(int64(20 * time.Second)))
+				}
+				clk.advance(d)
+				times, admitted = append(times, clk.now().UnixMicro()), append(admitted, 0)
+			default:
+				sweepAt(l, clk)
+			}
+		}
+		var worst int64 = -1 << 62
+		for i := range times {
+			var sum int64
+			for j := i; j < len(times); j++ {
+				sum += admitted[j]
+				slack := sum*unit - burst*unit - tps*60*(times[j]-times[i])
+				worst = max(worst, slack)
+			}
+		}
+		t.Logf("seed %d: the worst window admitted %.1f tokens beyond capacity plus refill; bound %d", seed, float64(worst)/unit, bound/unit)
+		if worst > bound {
+			t.Fatalf("a window admitted %.1f tokens beyond capacity plus refill, bound %d", float64(worst)/unit, bound/unit)
+		}
+		worstOfAll = max(worstOfAll, worst)
+	}
+	// Leasing must show at least some overshoot, or the histories do not
+	// exercise what the bound is about.
+	if worstOfAll <= 0 {
+		t.Fatal("no window admitted more than exact admission could: the histories prove nothing")
+	}
+}
+
+// TestLeaseUndershoot: a refusal may come while other instances hold
+// unspent leases, until they expire and go back.
+func TestLeaseUndershoot(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(1), TokenBurst: i64(1000)}
+	a := newLeaser(t, cfg, 0.1, time.Second, clk, onRedis(srv.URL()), prefixed("under:"))
+	b := ownProcess(t, newLeaser(t, cfg, 0.1, time.Second, clk, onRedis(srv.URL()), prefixed("under:")))
+	mustAllow(t, a.Admit(bg, "acme", 0)) // holds 100 tokens, spends none
+	var first int64
+	for b.Admit(bg, "acme", 1).Allowed {
+		first++
+	}
+	if first != 900 {
+		t.Fatalf("b admitted %d while a held its lease, want 900", first)
+	}
+	clk.advance(time.Second)
+	sweepAt(a, clk)
+	var then int64
+	for b.Admit(bg, "acme", 1).Allowed {
+		then++
+	}
+	// a's 100 and a second's refill.
+	if then != 101 {
+		t.Fatalf("b admitted %d once a's lease went back, want 101", then)
+	}
+}
+
+// TestLeaseSweeperRuns: without the test sweeping, the background sweeper
+// gives an idle lease back.
+func TestLeaseSweeperRuns(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	cfg := Config{LocalAllowance: &LocalAllowance{Share: pct(0.1), Interval: caddy.Duration(10 * time.Millisecond)}, StoreTimeout: slow}
+	l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "acme", 100))
+	if r, _ := levels(t, l, "acme", clk); r != 270*unit {
+		t.Fatalf("requests in Redis %d", r/unit)
+	}
+	clk.advance(10 * time.Millisecond)
+	eventually(t, func() bool {
+		r, tk := levels(t, l, "acme", clk)
+		return r >= 299*unit && tk >= 63900*unit && l.leases.size.Load() == 0
+	})
+}
