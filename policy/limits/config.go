@@ -220,4 +220,6 @@ func (a LocalAllowance) settings() (share float64, interval time.Duration) {
 	return share, interval
 }
 
-func percent(f float64) string { return strconv.FormatFloat(f*100, 'g', -1, 64) + "%" }
+// percent writes a share as the Caddyfile does, rounding away the binary
+// fraction's noise (0.6 is 60%, not 60.00000000000001%).
+func percent(f float64) string { return strconv.FormatFloat(f*100, 'g', 10, 64) + "%" }

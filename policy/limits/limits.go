@@ -117,6 +117,9 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 		if cfg.LocalAllowance != nil {
 			l.leases = newLeases(l, l.redis, *cfg.LocalAllowance)
 		}
+	} else if cfg.LocalAllowance != nil {
+		// In process every admission is local already.
+		logger.Warn("local_allowance has no effect without redis")
 	}
 	return l, nil
 }
