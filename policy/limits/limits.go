@@ -14,8 +14,10 @@
 //
 // Without Redis the buckets and budgets live in process and survive config
 // reloads. With Redis they are shared by every gateway instance: one script
-// call per admission, on the Redis server's clock. When Redis fails,
-// on_store_error decides; see Limiter.Admit.
+// call per admission, on the Redis server's clock; or, with local_allowance,
+// one per lease of a slice of an organization's buckets, spent in process
+// (see lease.go). When Redis fails, on_store_error decides; see
+// Limiter.Admit.
 package limits
 
 import (
@@ -426,6 +428,8 @@ func requestsMessage(lim orgLimits, org string) string {
 // while Redis is lost: a reservation whose settlement is lost lapses after
 // 10 to 11 minutes, a charge is lost). A refund never lifts a bucket above
 // capacity; an extra charge may put it in debt, at most one bucket deep.
+// With local_allowance, an admission paid from a lease is corrected against
+// that lease when it still holds enough (a refund always), else as above.
 // Settle does nothing for a refused Decision, nor for one that no store
 // charged (on_store_error allow after a failure).
 func (l *Limiter) Settle(d Decision, actualTokens int64) {
