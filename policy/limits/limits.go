@@ -252,7 +252,9 @@ func (d Decision) SetHeaders(h http.Header) {
 // token bucket and the hold, which would only lead to it.
 //
 // With Redis, the admission costs one round trip bounded by store_timeout
-// (and ctx). If that fails, on_store_error decides: local admits against the
+// (and ctx); with local_allowance, none while the organization's lease can
+// pay it, and one per new lease (organizations with a budget stay exact).
+// If that fails, on_store_error decides: local admits against the
 // in-process buckets with the same limits, allow admits, deny answers
 // Unavailable. After three consecutive outage errors Redis counts as lost:
 // admissions take the on_store_error path at once until a background probe
