@@ -33,6 +33,7 @@ func TestUnmarshal(t *testing.T) {
 				budget 2.5 per day
 			}
 			store_timeout 20ms
+			local_allowance 2.5% 50ms
 		}
 		breaker {
 			failures 2
@@ -55,6 +56,21 @@ func TestUnmarshal(t *testing.T) {
 	if *l.RequestsPerMinute != 42 || *l.TokensPerSecond != 0 || l.TokenBurst != nil || *l.Orgs["acme"].TokenBurst != 10 ||
 		time.Duration(l.StoreTimeout) != 20*time.Millisecond {
 		t.Errorf("limits %+v", l)
+	}
+	if a := l.LocalAllowance; a == nil || *a.Share != 0.025 || time.Duration(a.Interval) != 50*time.Millisecond {
+		t.Errorf("local_allowance %+v", a)
+	}
+	// Both arguments are optional: package limits has the defaults.
+	t.Setenv("SYSTEMONE_TEST_SHARE", "3%")
+	for input, share := range map[string]*float64{"": nil, " 50%": ptr(0.5), " {env.SYSTEMONE_TEST_SHARE}": ptr(0.03)} {
+		h2, err := parseString(t, "systemone {\n limits {\n local_allowance"+input+"\n }\n}")
+		if err != nil {
+			t.Errorf("local_allowance%s: %v", input, err)
+			continue
+		}
+		if a := h2.Limits.LocalAllowance; a == nil || (a.Share == nil) != (share == nil) || share != nil && *a.Share != *share || a.Interval != 0 {
+			t.Errorf("local_allowance%s: %+v", input, a)
+		}
 	}
 	if *l.Budget != (limits.Budget{Yuan: 5_000_000_000, Per: limits.PerMonth}) || *l.Price != 50_000_000 || l.BudgetTimezone != "Europe/Berlin" ||
 		*l.Orgs["acme"].Budget != (limits.Budget{Yuan: 2_500_000_000, Per: limits.PerDay}) {
@@ -94,6 +110,8 @@ func TestUnmarshal(t *testing.T) {
 	}
 }
 
+func ptr[T any](v T) *T { return &v }
+
 func TestUnmarshalErrors(t *testing.T) {
 	for input, want := range map[string]string{
 		"systemone extra":                                   "wrong argument count",
@@ -112,6 +130,13 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n limits {\n price 0\n }\n}":                                                   "want more than 0",
 		"systemone {\n limits {\n budget_timezone\n }\n}":                                           "wrong argument count",
 		"systemone {\n limits {\n org a {\n budget 1 per year\n }\n }\n}":                           "not one of [day month]",
+		"systemone {\n limits {\n local_allowance 60%\n }\n}":                                       "local_allowance share 60%: want more than 0% and at most 50%",
+		"systemone {\n limits {\n local_allowance 0%\n }\n}":                                        "want more than 0% and at most 50%",
+		"systemone {\n limits {\n local_allowance 2\n }\n}":                                         "want a percentage such as 2%",
+		"systemone {\n limits {\n local_allowance 2% 11s\n }\n}":                                    "local_allowance interval 11s: want more than 0 and at most 10s",
+		"systemone {\n limits {\n local_allowance 2% 0s\n }\n}":                                     "not a positive duration",
+		"systemone {\n limits {\n local_allowance 2% 1s 3\n }\n}":                                   "wrong argument count",
+		"systemone {\n limits {\n local_allowance\n local_allowance\n }\n}":                         "duplicate local_allowance",
 		"systemone {\n redis\n}":                                                                    "wrong argument count",
 		"systemone {\n per_org_metrics\n per_org_metrics a\n}":                                      "duplicate per_org_metrics",
 		"systemone {\n guardrails\n}":                                                               "base URL",

@@ -1,6 +1,10 @@
 package caddyfile
 
 import (
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/systemone/systemone-gateway/policy/limits"
@@ -38,6 +42,8 @@ func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
 			cfg.OnStoreError, err = oneOf(d, limits.StoreErrorModes)
 		case "store_timeout":
 			cfg.StoreTimeout, err = durationArg(d)
+		case "local_allowance":
+			cfg.LocalAllowance, err = allowanceArgs(d)
 		default:
 			return d.Errf("unknown limits subdirective %q", name)
 		}
@@ -127,4 +133,28 @@ func amount(d *caddyfile.Dispenser) (limits.Yuan, string, error) {
 		return 0, "", d.Err(err.Error())
 	}
 	return y, v, nil
+}
+
+// allowanceArgs reads `local_allowance [<share>% [<interval>]]`,
+// placeholders resolved; package limits checks the ranges and supplies the
+// defaults of what is left out.
+func allowanceArgs(d *caddyfile.Dispenser) (*limits.LocalAllowance, error) {
+	a := new(limits.LocalAllowance)
+	if !d.NextArg() {
+		return a, nil
+	}
+	v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
+	num, isPercent := strings.CutSuffix(v, "%")
+	f, err := strconv.ParseFloat(num, 64)
+	if !isPercent || err != nil {
+		return nil, d.Errf("local_allowance share %q: want a percentage such as 2%%", v)
+	}
+	share := f / 100
+	a.Share = &share
+	if d.CountRemainingArgs() > 0 {
+		if a.Interval, err = durationArg(d); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }

@@ -9,12 +9,13 @@
 // costs next to nothing, as a remote service does seen from this machine;
 // and the simulated service itself, no latency, no limits, no token
 // budgets), a guardrails stub (the stubs are this program, run again; see
-// harness.ServeGuardrailsStubIfAsked), and one Caddy process serving five
+// harness.ServeGuardrailsStubIfAsked), and one Caddy process serving six
 // configurations on a port each, all in front of the same upstream:
 //
 //	P   plain reverse_proxy
 //	L   the gateway: Redis limits, breaker and routing
 //	Lm  L with in-process limits: what L costs without its Redis round trip
+//	La  L with local_allowance 2% 100ms: Redis limits, a round trip per lease
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
 //
@@ -22,7 +23,7 @@
 // reloaded in front of the simulator for a second set (-sim-payloads).
 //
 // For each payload it drives each configuration in turn, alternating (P, L,
-// Lm, G, GC, P, L, ...) for several rounds, first at a fixed concurrency and
+// Lm, La, G, GC, P, L, ...) for several rounds, first at a fixed concurrency and
 // then at a fixed rate, and prints per configuration the medians over the rounds
 // of requests/s, p50/p90/p99 latency, CPU time per request of each process,
 // Redis commands per request, and the ratios to P measured in the same

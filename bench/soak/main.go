@@ -7,7 +7,7 @@
 // It starts the same stack as bench/load (redis-server, the simulated
 // upstream, the guardrails stub, one Caddy process with the gateway's
 // configurations) and sends, at a fixed rate, every payload through every
-// gateway configuration (L, Lm, G and GC; see bench/load), in turn. Every
+// gateway configuration (L, Lm, La, G and GC; see bench/load), in turn. Every
 // answer is checked as bench/load checks it.
 //
 // Samples are taken between intervals, with no request in flight, after a

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -43,6 +44,29 @@ type Config struct {
 	OnStoreError string `json:"on_store_error,omitempty"`
 	// StoreTimeout bounds one admission against Redis. Default 50ms.
 	StoreTimeout caddy.Duration `json:"store_timeout,omitempty"`
+	// LocalAllowance, with Redis, lets each instance admit an
+	// organization's requests from a slice of its buckets taken from Redis
+	// beforehand, without a round trip per request (see LocalAllowance).
+	// Default off: every admission is one exact Redis round trip.
+	// Organizations with a budget always get exact admission.
+	LocalAllowance *LocalAllowance `json:"local_allowance,omitempty"`
+}
+
+// LocalAllowance is the `local_allowance` option: an instance takes a
+// lease, Share of each bucket's capacity, from Redis and admits from it
+// locally until it is spent or Interval has passed; the unspent rest goes
+// back to Redis. Across N instances the buckets may admit up to
+// (N-1)*slice + min(slice, rate*Interval) units more than exact admission
+// over any window (see the README).
+type LocalAllowance struct {
+	// Share is the part of each bucket's capacity one lease takes, as a
+	// fraction: more than 0, at most 0.5. Default 0.02 (2%). A requests
+	// slice is at least one request.
+	Share *float64 `json:"share,omitempty"`
+	// Interval is how long a lease may be spent from, more than 0 and at
+	// most 10s. Default 100ms. It also bounds how late another instance
+	// honours an upstream hold (Hold).
+	Interval caddy.Duration `json:"interval,omitempty"`
 }
 
 // Override replaces some of the defaults for one organization.
@@ -61,6 +85,14 @@ const (
 	DefaultTokensPerSecond   int64 = 1000
 	DefaultTokenBurst        int64 = 64000
 	DefaultStoreTimeout            = 50 * time.Millisecond
+	// DefaultAllowanceShare and DefaultAllowanceInterval are the
+	// local_allowance defaults.
+	DefaultAllowanceShare    = 0.02
+	DefaultAllowanceInterval = 100 * time.Millisecond
+	// maxAllowanceShare keeps a lease to half a bucket: two instances can
+	// always lease at once.
+	maxAllowanceShare    = 0.5
+	maxAllowanceInterval = 10 * time.Second
 )
 
 // Values of OnStoreError.
@@ -82,7 +114,8 @@ const maxLimit = 10_000_000
 // value, the numbers (not negative, at most 10,000,000, a positive
 // token_burst wherever tokens_per_second is on), the budgets (0 to
 // 1,000,000 yuan, at most 6 decimals, per day or month), the price and the
-// time zone. Their error texts are the ones the Caddyfile reports.
+// time zone, and local_allowance (a share above 0% and at most 50%, an
+// interval above 0 and at most 10s). Their error texts are the ones the Caddyfile reports.
 func (c Config) Validate() error {
 	if len(c.Redis) > 0 {
 		return errors.New("redis moved from the limits block to the systemone block: write `redis <url>` (and `key_prefix`) directly under systemone")
@@ -92,6 +125,11 @@ func (c Config) Validate() error {
 	}
 	if c.StoreTimeout < 0 {
 		return fmt.Errorf("store_timeout %s: must not be negative", time.Duration(c.StoreTimeout))
+	}
+	if a := c.LocalAllowance; a != nil {
+		if err := a.validate(); err != nil {
+			return err
+		}
 	}
 	if c.Price != nil {
 		if err := checkPrice(*c.Price); err != nil {
@@ -158,3 +196,30 @@ func (o Override) apply(base orgLimits) (orgLimits, error) {
 	}
 	return l, nil
 }
+
+// validate checks the share and the interval; unset ones take defaults.
+func (a LocalAllowance) validate() error {
+	if s := a.Share; s != nil && !(*s > 0 && *s <= maxAllowanceShare) {
+		return fmt.Errorf("local_allowance share %s: want more than 0%% and at most 50%%", percent(*s))
+	}
+	if a.Interval < 0 || time.Duration(a.Interval) > maxAllowanceInterval {
+		return fmt.Errorf("local_allowance interval %s: want more than 0 and at most 10s", time.Duration(a.Interval))
+	}
+	return nil
+}
+
+// settings returns the share and interval with defaults applied.
+func (a LocalAllowance) settings() (share float64, interval time.Duration) {
+	share, interval = DefaultAllowanceShare, DefaultAllowanceInterval
+	if a.Share != nil {
+		share = *a.Share
+	}
+	if a.Interval != 0 {
+		interval = time.Duration(a.Interval)
+	}
+	return share, interval
+}
+
+// percent writes a share as the Caddyfile does, rounding away the binary
+// fraction's noise (0.6 is 60%, not 60.00000000000001%).
+func percent(f float64) string { return strconv.FormatFloat(f*100, 'g', 10, 64) + "%" }

@@ -14,8 +14,10 @@
 //
 // Without Redis the buckets and budgets live in process and survive config
 // reloads. With Redis they are shared by every gateway instance: one script
-// call per admission, on the Redis server's clock. When Redis fails,
-// on_store_error decides; see Limiter.Admit.
+// call per admission, on the Redis server's clock; or, with local_allowance,
+// one per lease of a slice of an organization's buckets, spent in process
+// (see lease.go). When Redis fails, on_store_error decides; see
+// Limiter.Admit.
 package limits
 
 import (
@@ -57,6 +59,7 @@ type Limiter struct {
 	local        *localStore
 	releaseLocal func() error
 	redis        *redisStore // nil without Redis
+	leases       *leases     // with Redis and local_allowance; else nil
 	over         *overLimit  // orgs refused by their requests bucket, until it refills
 
 	closeOnce sync.Once
@@ -113,6 +116,12 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 	l.local, l.releaseLocal = acquireLocal(prefix)
 	if rdb != nil {
 		l.redis = newRedisStore(rdb, prefix, timeout, logger)
+		if cfg.LocalAllowance != nil {
+			l.leases = newLeases(l, l.redis, *cfg.LocalAllowance)
+		}
+	} else if cfg.LocalAllowance != nil {
+		// In process every admission is local already.
+		logger.Warn("local_allowance has no effect without redis")
 	}
 	return l, nil
 }
@@ -123,6 +132,9 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 // does nothing.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
+		if l.leases != nil {
+			l.leases.close() // queues what the leases left, for the store's close to send
+		}
 		if l.redis != nil {
 			l.redis.close()
 		}
@@ -170,6 +182,10 @@ type Decision struct {
 	redis *redisStore // or the Redis store
 	price Yuan        // of the admission's config: Settle charges at it
 	spend spendSettle // the reservation to settle (period "" for none)
+	// lease is the lease that paid the tokens (local_allowance), and
+	// leaseSeq which of its leases: Settle corrects against it first.
+	lease    *leaseEntry
+	leaseSeq uint64
 }
 
 // Price is the price per million input tokens of the admission's config
@@ -246,7 +262,9 @@ const (
 // token bucket and the hold, which would only lead to it.
 //
 // With Redis, the admission costs one round trip bounded by store_timeout
-// (and ctx). If that fails, on_store_error decides: local admits against the
+// (and ctx); with local_allowance, none while the organization's lease can
+// pay it, and one per new lease (organizations with a budget stay exact).
+// If that fails, on_store_error decides: local admits against the
 // in-process buckets with the same limits, allow admits, deny answers
 // Unavailable. After three consecutive outage errors Redis counts as lost:
 // admissions take the on_store_error path at once until a background probe
@@ -312,7 +330,16 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 	if c.hold {
 		held = l.local.holdWait(org, now)
 	}
-	if !l.redis.lost.Load() {
+	exact := true
+	if l.leases != nil && lim.budget == 0 && (c.usesReq() || c.usesTok()) {
+		// Budgets need a reservation per request: their orgs stay exact.
+		d, res := l.leases.admit(ctx, org, lim, c, held)
+		if res == leaseDone {
+			return d
+		}
+		exact = res == leaseExact
+	}
+	if exact && !l.redis.lost.Load() {
 		o, err := l.redis.admit(ctx, org, c, held)
 		if err == nil {
 			return l.decide(org, lim, c, o, nil, l.redis)
@@ -413,6 +440,8 @@ func requestsMessage(lim orgLimits, org string) string {
 // while Redis is lost: a reservation whose settlement is lost lapses after
 // 10 to 11 minutes, a charge is lost). A refund never lifts a bucket above
 // capacity; an extra charge may put it in debt, at most one bucket deep.
+// With local_allowance, an admission paid from a lease is corrected against
+// that lease when it still holds enough (a refund always), else as above.
 // Settle does nothing for a refused Decision, nor for one that no store
 // charged (on_store_error allow after a failure).
 func (l *Limiter) Settle(d Decision, actualTokens int64) {
@@ -433,6 +462,9 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 		}
 	}
 	if delta == 0 && sp == nil {
+		return
+	}
+	if d.lease != nil && sp == nil && d.lease.settle(d.leaseSeq, delta*unit) {
 		return
 	}
 	if d.redis != nil {

@@ -77,6 +77,11 @@ type redisStore struct {
 	// have run, and are not sent again; dropped counts those never sent
 	// (Redis lost and the queue full).
 	lostAnswers, dropped atomic.Int64
+	// taken counts the flushes that took the queue (guarded by mu);
+	// flushed is the last of them whose scripts have been answered. What
+	// settle queues is sent by flush number taken+1 (see giveBack).
+	taken   uint64
+	flushed atomic.Uint64
 
 	kick    chan struct{}
 	urgent  chan struct{}
@@ -89,6 +94,8 @@ type pendingSettle struct {
 	lim   orgLimits     // of the latest settlement
 	delta int64         // tokens
 	spend []spendSettle // by period and minute
+	// reqBack and tokBack are units of leases given back (see leases).
+	reqBack, tokBack int64
 }
 
 // add merges a budget settlement into p's.
@@ -196,6 +203,42 @@ func (s *redisStore) admit(ctx context.Context, org string, c check, localHold i
 	}
 	s.observe(ctx, err)
 	return o, err
+}
+
+// leaseGrant is leaseScript's answer.
+type leaseGrant struct {
+	req, tok               int64 // units granted
+	r, t                   int64 // Redis's levels after the grant (units)
+	rwait, twait, holdwait int64 // µs
+}
+
+// lease gives back rback and tback units of org's old lease and takes a
+// new one of rslice and tslice units, in one script (see leaseScript),
+// sent like an admission. c is the admission that needs it.
+func (s *redisStore) lease(ctx context.Context, org string, c check, rslice, tslice, rback, tback int64) (leaseGrant, error) {
+	bucket, hold := s.keys(org)
+	res, err := s.run(ctx, leaseScript, []string{bucket, hold}, s.clockArg(),
+		c.req.capacity, c.req.rate, c.tok.capacity, c.tok.rate, c.reqCost, c.tokCost, rslice, tslice, rback, tback)
+	var g leaseGrant
+	if err == nil {
+		g, err = parseGrant(res)
+	}
+	s.observe(ctx, err)
+	return g, err
+}
+
+func parseGrant(res any) (leaseGrant, error) {
+	v, ok := res.([]any)
+	if !ok || len(v) != 7 {
+		return leaseGrant{}, fmt.Errorf("%w: %T", errBadReply, res)
+	}
+	var n [7]int64
+	for i := range v {
+		if n[i], ok = v[i].(int64); !ok {
+			return leaseGrant{}, fmt.Errorf("%w: %T at %d", errBadReply, v[i], i)
+		}
+	}
+	return leaseGrant{req: n[0], tok: n[1], r: n[2], t: n[3], rwait: n[4], twait: n[5], holdwait: n[6]}, nil
 }
 
 var errBadReply = errors.New("unexpected reply from the admission script")
@@ -355,6 +398,29 @@ func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSet
 	s.wake()
 }
 
+// giveBack queues what a lease did not spend, req and tok units, to go
+// back to org's buckets (up to full ones), like settle. It returns the
+// number of the flush that sends it (see flushed). Nothing is queued once
+// the store is closed.
+func (s *redisStore) giveBack(org string, lim orgLimits, req, tok int64) uint64 {
+	s.mu.Lock()
+	p, queued := s.settles[org]
+	if !queued && s.full() {
+		s.mu.Unlock()
+		return 0
+	}
+	if !s.closed {
+		p.lim = lim
+		p.reqBack += req
+		p.tokBack += tok
+		s.settles[org] = p
+	}
+	epoch := s.taken + 1
+	s.mu.Unlock()
+	s.wake()
+	return epoch
+}
+
 // hold queues a hold of d for org, like settle.
 func (s *redisStore) hold(org string, d time.Duration) {
 	s.mu.Lock()
@@ -462,8 +528,11 @@ func (s *redisStore) flush() {
 		holds, s.holds = s.holds, make(map[string]time.Duration)
 	}
 	s.dropping = false
+	s.taken++
+	epoch := s.taken
 	s.space.Broadcast()
 	s.mu.Unlock()
+	defer s.flushed.Store(epoch)
 
 	ctx := context.Background()
 	clock := s.clockArg()
@@ -479,7 +548,7 @@ func (s *redisStore) flush() {
 		bucket, _ := s.keys(org)
 		req, tok := p.lim.requests(), p.lim.tokens()
 		keys := []string{bucket}
-		args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim) * unit}
+		args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit - p.tokBack, p.reqBack}
 		for _, sp := range p.spend {
 			keys = append(keys, s.budgetKey(org, sp.period))
 			args = append(args, sp.charge, sp.release, sp.slot, sp.end)
@@ -538,6 +607,7 @@ func (s *redisStore) flush() {
 		} else {
 			p, old := s.settles[org], settles[org]
 			p.lim, p.delta = old.lim, p.delta+old.delta
+			p.reqBack, p.tokBack = p.reqBack+old.reqBack, p.tokBack+old.tokBack
 			for _, sp := range old.spend {
 				p.add(sp)
 			}

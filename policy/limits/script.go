@@ -142,15 +142,16 @@ return {ok and 1 or 0, r, t, rwait, twait, holdwait, bidx, spent, resv, slot, 0}
 `)
 
 // settleScript charges ARGV[6] units to the token bucket (a refund when
-// negative), between one bucket of debt and a full bucket; ARGV[1..5] as
-// admitScript. Each further key is a budget period, with four ARGV from
-// ARGV[7] on: the charge, the reservation to release, the minute it was
-// filed under, and the period's end (unix µs). A period that is gone is
-// created for a charge, unless it ended more than the margin ago. Returns
-// the new token level.
+// negative), between one bucket of debt and a full bucket, and gives
+// ARGV[7] units back to the requests bucket (what a lease did not spend),
+// up to a full bucket; ARGV[1..5] as admitScript. Each further key is a
+// budget period, with four ARGV from ARGV[8] on: the charge, the
+// reservation to release, the minute it was filed under, and the period's
+// end (unix µs). A period that is gone is created for a charge, unless it
+// ended more than the margin ago. Returns the new token level.
 var settleScript = redis.NewScript(scriptPrelude + `
 for i = 2, #KEYS do
-  local k, a = KEYS[i], 7 + (i - 2) * 4
+  local k, a = KEYS[i], 8 + (i - 2) * 4
   local charge, release = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   if redis.call('EXISTS', k) == 1 then
     if charge > 0 then
@@ -171,11 +172,68 @@ for i = 2, #KEYS do
     end
   end
 end
-if tcap == 0 or tonumber(ARGV[6]) == 0 then return t end
-t = math.min(math.max(t - tonumber(ARGV[6]), -tcap), tcap)
-redis.call('HSET', KEYS[1], 't', int(t), 'ta', int(now))
+local f = {}
+if rcap > 0 and tonumber(ARGV[7]) > 0 then
+  r = math.min(r + tonumber(ARGV[7]), rcap)
+  f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(now)
+end
+if tcap > 0 and tonumber(ARGV[6]) ~= 0 then
+  t = math.min(math.max(t - tonumber(ARGV[6]), -tcap), tcap)
+  f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(now)
+end
+if #f == 0 then return t end
+redis.call('HSET', KEYS[1], unpack(f))
 expire()
 return t
+`)
+
+// leaseScript gives back what an instance's old lease left (ARGV[10] and
+// ARGV[11] units of requests and tokens, up to full buckets) and takes a
+// new one, in one step, so that neither is seen without the other. It
+// refills as admitScript (ARGV[1..5] alike) and grants, of each bucket,
+// its slice (ARGV[8], ARGV[9] units) or what the bucket holds, whichever
+// is less, but at least what the admission that asks needs (ARGV[6],
+// ARGV[7] units; negative: not consulted): a bucket that cannot pay that
+// grants nothing and reports its wait. The requests bucket is asked first;
+// when it refuses, no tokens are granted either (as admitScript changes
+// nothing then). No tokens are granted while the hold (KEYS[2]) lasts:
+// evaluations are refused meanwhile. Returns {requests granted, tokens
+// granted, r, t (levels after), rwait, twait, holdwait}.
+var leaseScript = redis.NewScript(scriptPrelude + `
+local rneed, tneed = tonumber(ARGV[6]), tonumber(ARGV[7])
+local rslice, tslice = tonumber(ARGV[8]), tonumber(ARGV[9])
+local rback, tback = tonumber(ARGV[10]), tonumber(ARGV[11])
+local changed = false
+if rcap > 0 and rback > 0 then r = math.min(r + rback, rcap); changed = true end
+if tcap > 0 and tback > 0 then t = math.min(t + tback, tcap); changed = true end
+local holdwait = 0
+local h = tonumber(redis.call('GET', KEYS[2]))
+if h and h > now then holdwait = h - now end
+local rg, tg, rwait, twait = 0, 0, 0, 0
+if rcap > 0 and rneed >= 0 then
+  if r < rneed then rwait = math.ceil((rneed - r) / rrate) else rg = math.min(math.max(rslice, rneed), r) end
+end
+if rwait == 0 and holdwait == 0 and tcap > 0 then
+  if tneed >= 0 then
+    if t < tneed then twait = math.ceil((tneed - t) / trate) else tg = math.min(math.max(tslice, tneed), t) end
+  elseif t > 0 then
+    tg = math.min(tslice, t)
+  end
+end
+if changed or rg > 0 or tg > 0 then
+  local f = {}
+  if rcap > 0 then
+    r = r - rg
+    f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(now)
+  end
+  if tcap > 0 then
+    t = t - tg
+    f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(now)
+  end
+  redis.call('HSET', KEYS[1], unpack(f))
+  expire()
+end
+return {rg, tg, r, t, rwait, twait, holdwait}
 `)
 
 // holdScript refuses evaluations until ARGV[1] (now) + ARGV[2] microseconds,

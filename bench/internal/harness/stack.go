@@ -23,6 +23,10 @@ const (
 	// It is not one of issue 7's configurations; it tells what the round
 	// trip costs.
 	LimitsLocal = "Lm"
+	// LimitsAllowance is Limits with local_allowance on: each instance
+	// admits from slices of the Redis buckets, a Redis round trip per
+	// lease rather than per request.
+	LimitsAllowance = "La"
 	// Guardrails is Limits plus an uncached guardrails check.
 	Guardrails = "G"
 	// GuardrailsCached is Guardrails with the verdict cache (in Redis) hot.
@@ -30,7 +34,7 @@ const (
 )
 
 // Configs lists the configurations in the order they run.
-var Configs = []string{Plain, Limits, LimitsLocal, Guardrails, GuardrailsCached}
+var Configs = []string{Plain, Limits, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached}
 
 // Keys are the bearer keys the benchmarks spread requests over: each is an
 // organization with buckets of its own, as real traffic has several.
@@ -294,8 +298,10 @@ func (s *Stack) proxyCaddyfile() string {
 %s		}
 `, guardrailsURL, extra)
 	}
+	allowance := strings.Replace(limits, "\t\t}\n", "\t\t\tlocal_allowance 2% 100ms\n\t\t}\n", 1)
 	gateway := map[string]string{
 		Limits:           redis + limits + policies,
+		LimitsAllowance:  redis + allowance + policies,
 		LimitsLocal:      limits + policies,
 		Guardrails:       redis + limits + policies + guardrails(""),
 		GuardrailsCached: redis + limits + policies + guardrails("\t\t\tcache 10m\n"),

@@ -1,0 +1,549 @@
+package limits
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+func pct(f float64) *float64 { return &f }
+
+// newLeaser is newLimiter with local_allowance share and interval, Redis
+// on clk, and no background sweep: the test sweeps (sweepAt).
+func newLeaser(t *testing.T, cfg Config, share float64, interval time.Duration, clk *fakeClock, opts ...option) *Limiter {
+	t.Helper()
+	cfg.LocalAllowance = &LocalAllowance{Share: pct(share), Interval: caddy.Duration(interval)}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = slow
+	}
+	if cfg.OnStoreError == "" {
+		cfg.OnStoreError = StoreErrorDeny
+	}
+	l, _ := newLimiter(t, cfg, clk, true, opts...)
+	l.leases.sweepEvery.Store(int64(time.Hour))
+	return l
+}
+
+// sweepAt gives back the leases expired at clk's time and waits until
+// Redis has them.
+func sweepAt(l *Limiter, clk *fakeClock) {
+	l.leases.sweep(micros(clk.now()))
+	l.redis.drain()
+}
+
+// levels reads org's two buckets from Redis, in units, refilled to clk's
+// time as the scripts would.
+func levels(t *testing.T, l *Limiter, org string, clk *fakeClock) (req, tok int64) {
+	t.Helper()
+	bucket, _ := l.redis.keys(org)
+	v, err := universal(l).HMGet(bg, bucket, "r", "ra", "t", "ta").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(i int) stored {
+		if v[i] == nil {
+			return stored{}
+		}
+		level, _ := strconv.ParseInt(v[i].(string), 10, 64)
+		when, _ := strconv.ParseInt(v[i+1].(string), 10, 64)
+		return stored{level: level, at: when, known: true}
+	}
+	lim := l.limitsFor(org)
+	now := clk.now().UnixMicro()
+	if lim.rpm > 0 {
+		req = refill(lim.requests(), at(0), now)
+	}
+	if lim.tps > 0 {
+		tok = refill(lim.tokens(), at(2), now)
+	}
+	return req, tok
+}
+
+// TestLeaseSpendsLocally: one lease call pays many admissions, the headers
+// count Redis's level plus the lease's rest, and exact admission is kept
+// for an organization with a budget.
+func TestLeaseSpendsLocally(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	cfg := Config{Orgs: map[string]Override{"budgeted": {Budget: &Budget{Yuan: 1_000_000_000, Per: PerDay}}}}
+	l := newLeaser(t, cfg, 0.1, time.Second, clk, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "warm", 1))     // connects and loads the lease script
+	mustAllow(t, l.Admit(bg, "budgeted", 1)) // and the admission script
+	hook := &countHook{}
+	universal(l).AddHook(hook)
+	for i := range 30 {
+		d := mustAllow(t, l.Admit(bg, "acme", 100))
+		if d.Requests != (Quota{300, int64(299 - i)}) || d.Tokens != (Quota{64000, int64(64000 - 100*(i+1))}) {
+			t.Fatalf("admission %d: %+v %+v", i, d.Requests, d.Tokens)
+		}
+	}
+	if n := hook.scripts.Load(); n != 1 {
+		t.Fatalf("%d scripts for 30 admissions from a lease of 30 requests", n)
+	}
+	// Redis has lent 30 requests and 6400 tokens.
+	if r, tk := levels(t, l, "acme", clk); r != 270*unit || tk != (64000-6400)*unit {
+		t.Fatalf("Redis holds %d requests, %d tokens", r/unit, tk/unit)
+	}
+	// The 31st takes a new lease, giving the old one's rest back.
+	mustAllow(t, l.Admit(bg, "acme", 100))
+	if n := hook.scripts.Load(); n != 2 {
+		t.Fatalf("%d scripts after the lease was spent, want 2", n)
+	}
+	if l.leases.taken.Load() != 3 {
+		t.Fatalf("leases taken %d", l.leases.taken.Load())
+	}
+	for range 3 {
+		mustAllow(t, l.Admit(bg, "budgeted", 1))
+	}
+	if n := hook.scripts.Load(); n != 5 {
+		t.Fatalf("%d scripts: an org with a budget must be admitted exactly", n-2)
+	}
+}
+
+// TestLeaseGivesBackExactly drives a leasing limiter and an exact one
+// through the same admissions and settlements on the same clock: once the
+// leases have expired and been given back, both sets of buckets in Redis
+// hold exactly the same units.
+func TestLeaseGivesBackExactly(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	cfg := Config{RequestsPerMinute: i64(600), TokensPerSecond: i64(1000), TokenBurst: i64(64000)}
+	lease := newLeaser(t, cfg, 0.1, time.Second, clk, onRedis(srv.URL()), prefixed("lease:"))
+	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
+	exact, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()), prefixed("exact:"))
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	// Drain the buckets first, so that nothing below fills a bucket
+	// (where a lease held outside and Redis refilling would part ways;
+	// that is the overshoot the README bounds, not a give-back).
+	both := func(f func(l *Limiter) Decision) {
+		dl, de := f(lease), f(exact)
+		if dl.Allowed != de.Allowed {
+			t.Fatalf("lease %+v\nexact %+v", dl, de)
+		}
+	}
+	both(func(l *Limiter) Decision { return l.Admit(bg, "acme", 40000) })
+	for range 300 {
+		both(func(l *Limiter) Decision { return l.AdmitRequest(bg, "acme") })
+	}
+	type pair struct{ l, e Decision }
+	var pending []pair
+	for i := range 400 {
+		switch op := rng.IntN(10); {
+		case op < 5:
+			est := rng.Int64N(100)
+			dl, de := lease.Admit(bg, "acme", est), exact.Admit(bg, "acme", est)
+			if !dl.Allowed || !de.Allowed {
+				t.Fatalf("step %d: lease %+v exact %+v", i, dl, de)
+			}
+			pending = append(pending, pair{dl, de})
+		case op < 6:
+			both(func(l *Limiter) Decision { return l.AdmitRequest(bg, "acme") })
+		case op < 9 && len(pending) > 0:
+			j := rng.IntN(len(pending))
+			actual := rng.Int64N(200) // above and below the estimates
+			lease.Settle(pending[j].l, actual)
+			exact.Settle(pending[j].e, actual)
+			pending = append(pending[:j], pending[j+1:]...)
+		default:
+			clk.advance(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+		}
+	}
+	for _, p := range pending {
+		lease.Settle(p.l, 0)
+		exact.Settle(p.e, 0)
+	}
+	clk.advance(time.Second)
+	sweepAt(lease, clk)
+	exact.redis.drain()
+	lr, lt := levels(t, lease, "acme", clk)
+	er, et := levels(t, exact, "acme", clk)
+	if lr != er || lt != et {
+		t.Fatalf("after the give-back: leasing limiter's buckets %d requests %d tokens (units), exact %d %d", lr, lt, er, et)
+	}
+	if lr == 600*unit || lt == 64000*unit {
+		t.Fatal("a bucket is full: the test proves nothing")
+	}
+	if n := lease.leases.size.Load(); n != 1 {
+		t.Fatalf("%d entries after the give-back, want the returning one", n)
+	}
+	sweepAt(lease, clk)
+	if n := lease.leases.size.Load(); n != 0 {
+		t.Fatalf("%d entries after the next sweep, want none", n)
+	}
+	t.Logf("leases taken %d for %d steps", lease.leases.taken.Load(), 400)
+}
+
+// TestLeaseOneCallPerOrg: concurrent admissions of one organization wait
+// for the one lease call in flight instead of each taking a lease.
+func TestLeaseOneCallPerOrg(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	l := newLeaser(t, Config{RequestsPerMinute: i64(6000)}, 0.1, time.Second, clk, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "warm", 1)) // connects and loads the script
+	hook := &countHook{}
+	universal(l).AddHook(hook)
+	const n = 64
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for range n {
+		wg.Go(func() {
+			if l.Admit(bg, "acme", 10).Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != n || hook.scripts.Load() != 1 {
+		t.Fatalf("%d admitted with %d scripts, want %d with one lease", admitted.Load(), hook.scripts.Load(), n)
+	}
+
+	// When that one call is refused, those waiting for it share its
+	// refusal rather than ask again.
+	l2 := newLeaser(t, Config{RequestsPerMinute: i64(60), TokensPerSecond: i64(0)}, 0.5, time.Second, clk, onRedis(srv.URL()), prefixed("refused:"))
+	for range 60 {
+		mustAllow(t, l2.Admit(bg, "acme", 0))
+	}
+	universal(l2).AddHook(hook)
+	hook.scripts.Store(0)
+	var refused atomic.Int64
+	for range n {
+		wg.Go(func() {
+			if d := l2.Admit(bg, "acme", 0); d.Bucket == BucketRequests && d.RetryAfter == time.Second {
+				refused.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	// Each admission either made a call or shared one's refusal.
+	if refused.Load() != n {
+		t.Fatalf("%d of %d refused", refused.Load(), n)
+	}
+	t.Logf("%d refusals from %d lease calls", n, hook.scripts.Load())
+}
+
+// TestLeaseStoreError: a lease keeps paying while Redis is away; the
+// admission that needs a new lease then follows on_store_error as an exact
+// admission does.
+func TestLeaseStoreError(t *testing.T) {
+	for _, mode := range StoreErrorModes {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			clk := newFakeClock()
+			l := newLeaser(t, Config{RequestsPerMinute: i64(100), OnStoreError: mode, StoreTimeout: caddy.Duration(50 * time.Millisecond)},
+				0.02, time.Second, clk, onRedis(srv.URL()))
+			mustAllow(t, l.Admit(bg, "acme", 1)) // a lease of 2 requests
+			srv.Stop()
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.local != nil {
+				t.Fatalf("from the lease: %+v", d)
+			}
+			for i := range 4 {
+				d := l.Admit(bg, "acme", 1)
+				switch mode {
+				case StoreErrorLocal:
+					if d := mustAllow(t, d); d.local == nil || d.Requests != (Quota{100, int64(99 - i)}) {
+						t.Fatalf("fallback %d: %+v", i, d)
+					}
+				case StoreErrorAllow:
+					if !d.Allowed || d.Requests != (Quota{100, -1}) || d.Charged != 0 || d.local != nil {
+						t.Fatalf("allow mode: %+v", d)
+					}
+				case StoreErrorDeny:
+					if d.Allowed || !d.Unavailable || d.RetryAfter != time.Second {
+						t.Fatalf("deny mode: %+v", d)
+					}
+				}
+			}
+			if !l.redis.lost.Load() {
+				t.Fatal("Redis not marked lost")
+			}
+			srv.Restart()
+			eventually(t, func() bool { return !l.redis.lost.Load() })
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.local != nil {
+				t.Fatalf("after Redis came back: %+v", d)
+			}
+		})
+	}
+}
+
+// TestLeaseHoldReachesOtherInstances: an upstream hold applies at once on
+// the instance that saw the 429, and on another at its next lease: within
+// the interval.
+func TestLeaseHoldReachesOtherInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	a := newLeaser(t, Config{}, 0.1, time.Second, clk, onRedis(srv.URL()), prefixed("hold:"))
+	b := ownProcess(t, newLeaser(t, Config{}, 0.1, time.Second, clk, onRedis(srv.URL()), prefixed("hold:")))
+	mustAllow(t, a.Admit(bg, "acme", 10))
+	mustAllow(t, b.Admit(bg, "acme", 10))
+	hold(a, "acme", 5*time.Second)
+	const msg = "Rate limit exceeded: the upstream limited organization acme; retry after 5s"
+	mustRefuse(t, a.Admit(bg, "acme", 10), 5*time.Second, msg)
+	// b admits from its lease until it expires ...
+	clk.advance(999 * time.Millisecond)
+	mustAllow(t, b.Admit(bg, "acme", 10))
+	// ... and its next lease brings the hold.
+	clk.advance(time.Millisecond)
+	mustRefuse(t, b.Admit(bg, "acme", 10), 4*time.Second, "Rate limit exceeded: the upstream limited organization acme; retry after 4s")
+	// A request that is not an evaluation is not held.
+	mustAllow(t, b.AdmitRequest(bg, "acme"))
+	clk.advance(4 * time.Second)
+	mustAllow(t, b.Admit(bg, "acme", 10))
+}
+
+// TestLeaseSettlementsRace: many goroutines on two instances admit and
+// settle against leases and Redis at once; in the end the buckets hold
+// exactly what the usage says.
+func TestLeaseSettlementsRace(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock() // never moves: no refill, every unit is accounted for
+	cfg := Config{RequestsPerMinute: i64(maxLimit), TokensPerSecond: i64(1), TokenBurst: i64(maxLimit)}
+	a := newLeaser(t, cfg, 0.001, time.Second, clk, onRedis(srv.URL()), prefixed("race:"))
+	b := ownProcess(t, newLeaser(t, cfg, 0.001, time.Second, clk, onRedis(srv.URL()), prefixed("race:")))
+	var requests, tokens atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		l := a
+		if g%2 == 1 {
+			l = b
+		}
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 300 {
+				org := fmt.Sprint("org", rng.IntN(3))
+				if rng.IntN(5) == 0 {
+					if !l.AdmitRequest(bg, org).Allowed {
+						t.Error("refused")
+						return
+					}
+					requests.Add(1)
+					continue
+				}
+				d := l.Admit(bg, org, rng.Int64N(2000))
+				if !d.Allowed {
+					t.Errorf("refused: %+v", d)
+					return
+				}
+				requests.Add(1)
+				actual := rng.Int64N(3000)
+				l.Settle(d, actual)
+				tokens.Add(actual)
+			}
+		})
+	}
+	wg.Wait()
+	_ = a.Close() // gives back every lease and sends the queue
+	_ = b.Close()
+	var r, tk int64
+	for i := range 3 {
+		ri, ti := levels(t, a, fmt.Sprint("org", i), clk)
+		r, tk = r+maxLimit*unit-ri, tk+maxLimit*unit-ti
+	}
+	if r != requests.Load()*unit || tk != tokens.Load()*unit {
+		t.Fatalf("the buckets lost %d requests and %d tokens (units), usage says %d and %d",
+			r, tk, requests.Load()*unit, tokens.Load()*unit)
+	}
+	t.Logf("%d leases taken", a.leases.taken.Load()+b.leases.taken.Load())
+}
+
+// overshootBound is the README's bound, in units: what N instances leasing
+// slices of s units for interval T from a bucket refilled at rate units/µs
+// may admit over any window beyond what exact admission may.
+func overshootBound(n int, s, rate int64, interval time.Duration) int64 {
+	return int64(n-1)*s + min(s, rate*interval.Microseconds())
+}
+
+// TestLeaseWorstCase drives N instances (limiters with in-process state
+// of their own, sharing one Redis and one clock) through the sequence that
+// makes leases admit the most beyond exact admission, and the same sequence
+// through exact limiters: the difference reaches the README's bound,
+// (N-1)*s + min(s, r*T), to within the one token the last microsecond of
+// refill makes, and never exceeds it.
+//
+// The sequence: N-1 instances take a lease and let it expire unspent while
+// the bucket refills; then one instance takes a fresh lease and the N-1
+// exchange their old ones for new ones at once, each giving back a full
+// slice that the bucket has refilled meanwhile; one interval later, just
+// before the leases expire, every instance spends all it can.
+func TestLeaseWorstCase(t *testing.T) {
+	srv := redistest.Start(t)
+	const burst, share, interval = 1000, 0.1, time.Second
+	const slice = int64(share * burst)
+	for _, tc := range []struct {
+		n   int
+		tps int64
+	}{
+		{2, 10},   // r*T = 10 < s = 100: (N-1)*s + r*T = 110, more than N*min(s, r*T) = 20
+		{2, 100},  // r*T = s: N*s = 200
+		{2, 1000}, // r*T > s: N*s = 200
+		{3, 10},   // 2*100 + 10 = 210
+	} {
+		t.Run(fmt.Sprintf("N=%d,r=%d", tc.n, tc.tps), func(t *testing.T) {
+			cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(tc.tps), TokenBurst: i64(burst), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
+			run := func(leasing bool) int64 {
+				clk := newFakeClock()
+				prefix := fmt.Sprintf("%s:%v:", t.Name(), leasing)
+				inst := make([]*Limiter, tc.n)
+				for i := range inst {
+					if leasing {
+						inst[i] = newLeaser(t, cfg, share, interval, clk, onRedis(srv.URL()), prefixed(prefix))
+					} else {
+						inst[i], _ = newLimiter(t, cfg, clk, true, onRedis(srv.URL()), prefixed(prefix))
+					}
+					ownProcess(t, inst[i])
+				}
+				for _, l := range inst[1:] {
+					mustAllow(t, l.Admit(bg, "acme", 0)) // a lease, left to expire
+				}
+				clk.advance(time.Hour) // the bucket refills
+				for _, l := range inst {
+					mustAllow(t, l.Admit(bg, "acme", 0)) // fresh leases; the old ones go back
+				}
+				clk.advance(interval - time.Microsecond)
+				var admitted int64
+				for _, l := range inst {
+					for l.Admit(bg, "acme", 1).Allowed {
+						admitted++
+					}
+				}
+				return admitted
+			}
+			exact, leased := run(false), run(true)
+			over := leased - exact
+			bound := overshootBound(tc.n, slice*unit, tc.tps*60, interval) / unit
+			t.Logf("N=%d s=%d r*T=%d: exact admitted %d tokens, leasing %d: %d more; bound (N-1)*s+min(s,r*T) = %d; N*min(s,r*T) = %d",
+				tc.n, slice, tc.tps, exact, leased, over, bound, int64(tc.n)*min(slice, tc.tps))
+			if exact != burst {
+				t.Fatalf("exact admission admitted %d, want the bucket: %d", exact, burst)
+			}
+			if over > bound || over < bound-1 {
+				t.Fatalf("leasing admitted %d more than exact, want the bound %d (less at most the last microsecond's token)", over, bound)
+			}
+		})
+	}
+}
+
+// TestLeaseNeverExceedsTheBound runs random histories of admissions,
+// clock steps and sweeps over three leasing instances and checks every
+// window: what they admitted never exceeds what exact admission could
+// (the capacity plus the refill over the window) by more than the bound.
+func TestLeaseNeverExceedsTheBound(t *testing.T) {
+	srv := redistest.Start(t)
+	const n, burst, tps, share, interval = 3, 1000, 20, 0.1, time.Second
+	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(tps), TokenBurst: i64(burst)}
+	bound := overshootBound(n, int64(share*burst)*unit, tps*60, interval)
+	var worstOfAll int64
+	for seed := range uint64(4) {
+		clk := newFakeClock()
+		inst := make([]*Limiter, n)
+		for i := range inst {
+			inst[i] = ownProcess(t, newLeaser(t, cfg, share, interval, clk, onRedis(srv.URL()), prefixed(fmt.Sprint(t.Name(), seed, ":"))))
+		}
+		rng := rand.New(rand.NewPCG(seed, 11))
+		// admitted[i] is what was admitted at times[i].
+		times, admitted := []int64{clk.now().UnixMicro()}, []int64{0}
+		for range 1500 {
+			l := inst[rng.IntN(n)]
+			switch op := rng.IntN(20); {
+			case op < 7: // mostly leases taken and left unspent
+				if est := rng.Int64N(3); l.Admit(bg, "acme", est).Allowed {
+					admitted[len(admitted)-1] += est
+				}
+			case op < 12: // spend everything
+				for range 200 {
+					if !l.Admit(bg, "acme", 10).Allowed {
+						break
+					}
+					admitted[len(admitted)-1] += 10
+				}
+			case op < 17:
+				var d time.Duration
+				switch rng.IntN(3) {
+				case 0:
+					d = time.Duration(rng.Int64N(int64(100 * time.Millisecond)))
+				case 1:
+					d = interval - time.Duration(rng.Int64N(int64(50*time.Millisecond)))
+				default:
+					d = time.Duration(rng.Int64N(int64(20 * time.Second)))
+				}
+				clk.advance(d)
+				times, admitted = append(times, clk.now().UnixMicro()), append(admitted, 0)
+			default:
+				sweepAt(l, clk)
+			}
+		}
+		var worst int64 = -1 << 62
+		for i := range times {
+			var sum int64
+			for j := i; j < len(times); j++ {
+				sum += admitted[j]
+				slack := sum*unit - burst*unit - tps*60*(times[j]-times[i])
+				worst = max(worst, slack)
+			}
+		}
+		t.Logf("seed %d: the worst window admitted %.1f tokens beyond capacity plus refill; bound %d", seed, float64(worst)/unit, bound/unit)
+		if worst > bound {
+			t.Fatalf("a window admitted %.1f tokens beyond capacity plus refill, bound %d", float64(worst)/unit, bound/unit)
+		}
+		worstOfAll = max(worstOfAll, worst)
+	}
+	// Leasing must show at least some overshoot, or the histories do not
+	// exercise what the bound is about.
+	if worstOfAll <= 0 {
+		t.Fatal("no window admitted more than exact admission could: the histories prove nothing")
+	}
+}
+
+// TestLeaseUndershoot: a refusal may come while other instances hold
+// unspent leases, until they expire and go back.
+func TestLeaseUndershoot(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(1), TokenBurst: i64(1000)}
+	a := newLeaser(t, cfg, 0.1, time.Second, clk, onRedis(srv.URL()), prefixed("under:"))
+	b := ownProcess(t, newLeaser(t, cfg, 0.1, time.Second, clk, onRedis(srv.URL()), prefixed("under:")))
+	mustAllow(t, a.Admit(bg, "acme", 0)) // holds 100 tokens, spends none
+	var first int64
+	for b.Admit(bg, "acme", 1).Allowed {
+		first++
+	}
+	if first != 900 {
+		t.Fatalf("b admitted %d while a held its lease, want 900", first)
+	}
+	clk.advance(time.Second)
+	sweepAt(a, clk)
+	var then int64
+	for b.Admit(bg, "acme", 1).Allowed {
+		then++
+	}
+	// a's 100 and a second's refill.
+	if then != 101 {
+		t.Fatalf("b admitted %d once a's lease went back, want 101", then)
+	}
+}
+
+// TestLeaseSweeperRuns: without the test sweeping, the background sweeper
+// gives an idle lease back.
+func TestLeaseSweeperRuns(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	cfg := Config{LocalAllowance: &LocalAllowance{Share: pct(0.1), Interval: caddy.Duration(10 * time.Millisecond)}, StoreTimeout: slow}
+	l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "acme", 100))
+	if r, _ := levels(t, l, "acme", clk); r != 270*unit {
+		t.Fatalf("requests in Redis %d", r/unit)
+	}
+	clk.advance(10 * time.Millisecond)
+	eventually(t, func() bool {
+		r, tk := levels(t, l, "acme", clk)
+		return r >= 299*unit && tk >= 63900*unit && l.leases.size.Load() == 0
+	})
+}
