@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
@@ -359,4 +362,76 @@ func TestKnownOverLimitRefusedBeforeTheBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLocalAllowanceEndToEnd: two gateways (two sites, each its own
+// handler and leases) share one org's Redis bucket of 60 requests a minute
+// with `local_allowance 10% 10s` (leases of 6 requests). Alternating
+// between them, the org gets its 60 requests within the README's bound
+// ((N−1)·s + min(s, r·T) = 12 beyond exact admission, plus the refill of
+// the run), at most (N−1)·s = 6 short of it, then the contract's 429; and
+// Redis runs a fraction of the scripts exact admission would (without the
+// option, this run costs more scripts than requests).
+func TestLocalAllowanceEndToEnd(t *testing.T) {
+	sim := unlimitedSimulator(t)
+	srv := redistest.Start(t)
+	block := "\t\tredis " + srv.URL() + "\n\t\tlimits {\n\t\t\trequests_per_minute 60\n\t\t\tlocal_allowance 10% 10s\n\t\t\tstore_timeout 2s\n\t\t}\n"
+	sitesA, urlA := site(t, sim.Addr(), block)
+	sitesB, urlB := site(t, sim.Addr(), block)
+	gatewaytest.Load(t, sitesA+sitesB)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	started := time.Now()
+	admitted := 0
+	var resp *http.Response
+	var body []byte
+	for i := range 100 {
+		url := urlA
+		if i%2 == 1 {
+			url = urlB
+		}
+		resp, body = post(t, url, "k", smallBody)
+		if resp.StatusCode != 200 {
+			break
+		}
+		admitted++
+		if resp.Header.Get("X-RateLimit-Limit-Requests") != "60" || resp.Header.Get("X-RateLimit-Remaining-Requests") == "" {
+			t.Fatalf("request %d: rate-limit headers %v", i, resp.Header)
+		}
+	}
+	refilled := int(time.Since(started).Seconds()) + 1 // 1 request a second
+	if admitted < 60-6 || admitted > 60+12+refilled {
+		t.Errorf("%d admitted before the first refusal, want 54..%d", admitted, 72+refilled)
+	}
+	if resp.StatusCode != 429 || resp.Header.Get("X-Gateway-Reject") != "rate_limited" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("first refusal: %d %q retry-after %q: %s", resp.StatusCode, resp.Header.Get("X-Gateway-Reject"), resp.Header.Get("Retry-After"), body)
+	}
+	var d struct{ Detail string }
+	_ = json.Unmarshal(body, &d)
+	if !strings.HasPrefix(d.Detail, "Rate limit exceeded: 60 requests per minute for organization key-") {
+		t.Errorf("detail %q", d.Detail)
+	}
+	stats, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := 0
+	for line := range strings.SplitSeq(stats, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd+"calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				scripts += n
+			}
+		}
+	}
+	// About one lease per 6 requests per gateway, a few settlements and
+	// the refusal's own call: far below one script per request.
+	if scripts == 0 || scripts > (admitted+1)/2 {
+		t.Errorf("%d scripts ran in Redis for %d requests, want leases to pay most of them", scripts, admitted+1)
+	}
+	t.Logf("%d admitted, %d scripts in Redis", admitted, scripts)
 }
