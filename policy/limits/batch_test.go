@@ -201,11 +201,14 @@ func TestRedisSettlementsDroppedOnlyWhileLost(t *testing.T) {
 // flight, a leader finishing its pipeline must not take the admission that
 // has just taken a free slot (it would return before its answer is in), nor
 // hand it a second lead. Every admission comes back with its own answer,
-// and the counts add up.
+// and the counts add up. The token bucket counts them: its slow refill
+// keeps the key alive (Redis expires it by its own clock, not the pinned
+// one) until the last admission reads it.
 func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 	srv := redistest.Start(t)
 	const workers, each = 48, 150
-	l, _ := newLimiter(t, Config{RequestsPerMinute: i64(workers * each), StoreTimeout: slow, OnStoreError: StoreErrorDeny}, newFakeClock(), true, onRedis(srv.URL()))
+	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(1), TokenBurst: i64(workers * each), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
+	l, _ := newLimiter(t, cfg, newFakeClock(), true, onRedis(srv.URL()))
 	mustAllow(t, l.Admit(bg, "warm", 1))
 	seen := make([]bool, workers*each)
 	var mu sync.Mutex
@@ -219,11 +222,11 @@ func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				dup := seen[d.Requests.Remaining]
-				seen[d.Requests.Remaining] = true
+				dup := seen[d.Tokens.Remaining]
+				seen[d.Tokens.Remaining] = true
 				mu.Unlock()
 				if dup {
-					t.Errorf("remaining %d answered twice", d.Requests.Remaining)
+					t.Errorf("remaining %d answered twice", d.Tokens.Remaining)
 					return
 				}
 			}
