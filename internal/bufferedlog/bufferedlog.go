@@ -6,8 +6,10 @@
 // The trade-off: an entry may sit in memory for up to flush_interval (or
 // until size bytes are waiting) before its writer sees it, and a process
 // that is killed (SIGKILL, OOM, power loss) loses what was waiting. A
-// graceful stop or a config reload flushes it. See BENCHMARKS.md for what
-// it saves per request.
+// graceful stop or a config reload flushes it, except the few lines Caddy
+// logs after the modules' cleanups on its way out ("shutdown complete")
+// and those other modules' cleanups log after this one's. See
+// BENCHMARKS.md for what it saves per request.
 //
 //	log {
 //		output buffered {
@@ -97,6 +99,9 @@ func (w *Writer) flushInterval() time.Duration {
 }
 
 func (w *Writer) String() string {
+	if w.output == nil {
+		return "buffered(unprovisioned)"
+	}
 	return fmt.Sprintf("buffered(%s, %s)", w.output, w.flushInterval())
 }
 
@@ -133,6 +138,9 @@ func (w *Writer) OpenWriter() (io.WriteCloser, error) {
 // so this is where a graceful stop gets the last entries written. The
 // writer stays open for the config that follows.
 func (w *Writer) Cleanup() error {
+	if w.output == nil {
+		return nil // Provision failed (Caddy cleans up such modules too)
+	}
 	open.Lock()
 	b := open.writers[w.WriterKey()]
 	open.Unlock()

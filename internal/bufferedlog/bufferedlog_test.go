@@ -1,6 +1,7 @@
 package bufferedlog
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,5 +90,21 @@ func TestCaddyfileErrors(t *testing.T) {
 	}
 	if w.size() != DefaultSize || w.flushInterval() != DefaultFlushInterval {
 		t.Fatalf("size %d, flush_interval %s: want the defaults", w.size(), w.flushInterval())
+	}
+}
+
+// TestFailedProvisionCleansUp: Caddy calls Cleanup on a module whose
+// Provision failed; that must not panic.
+func TestFailedProvisionCleansUp(t *testing.T) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	for _, cfg := range []string{`{"size":-1,"writer":{"output":"stderr"}}`, `{}`} {
+		if _, err := ctx.LoadModuleByID("caddy.logging.writers.buffered", []byte(cfg)); err == nil {
+			t.Errorf("%s: loaded, want a provisioning error", cfg)
+		}
+	}
+	var w Writer
+	if err := w.Cleanup(); err != nil || w.String() == "" {
+		t.Fatalf("cleanup of an unprovisioned writer: %v", err)
 	}
 }

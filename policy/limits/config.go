@@ -63,8 +63,8 @@ type LocalAllowance struct {
 	// fraction: more than 0, at most 0.5. Default 0.02 (2%). A requests
 	// slice is at least one request.
 	Share *float64 `json:"share,omitempty"`
-	// Interval is how long a lease may be spent from, more than 0 and at
-	// most 10s. Default 100ms. It also bounds how late another instance
+	// Interval is how long a lease may be spent from, 1ms to 10s. Default
+	// 100ms. It also bounds how late another instance
 	// honours an upstream hold (Hold).
 	Interval caddy.Duration `json:"interval,omitempty"`
 }
@@ -92,6 +92,7 @@ const (
 	// maxAllowanceShare keeps a lease to half a bucket: two instances can
 	// always lease at once.
 	maxAllowanceShare    = 0.5
+	minAllowanceInterval = time.Millisecond
 	maxAllowanceInterval = 10 * time.Second
 )
 
@@ -115,7 +116,7 @@ const maxLimit = 10_000_000
 // token_burst wherever tokens_per_second is on), the budgets (0 to
 // 1,000,000 yuan, at most 6 decimals, per day or month), the price and the
 // time zone, and local_allowance (a share above 0% and at most 50%, an
-// interval above 0 and at most 10s). Their error texts are the ones the Caddyfile reports.
+// interval of 1ms to 10s). Their error texts are the ones the Caddyfile reports.
 func (c Config) Validate() error {
 	if len(c.Redis) > 0 {
 		return errors.New("redis moved from the limits block to the systemone block: write `redis <url>` (and `key_prefix`) directly under systemone")
@@ -202,8 +203,11 @@ func (a LocalAllowance) validate() error {
 	if s := a.Share; s != nil && !(*s > 0 && *s <= maxAllowanceShare) {
 		return fmt.Errorf("local_allowance share %s: want more than 0%% and at most 50%%", percent(*s))
 	}
-	if a.Interval < 0 || time.Duration(a.Interval) > maxAllowanceInterval {
-		return fmt.Errorf("local_allowance interval %s: want more than 0 and at most 10s", time.Duration(a.Interval))
+	// Unset (0) takes the default; below a millisecond a lease would
+	// expire as it is taken (leases count whole microseconds) and every
+	// admission would exchange one.
+	if a.Interval != 0 && (time.Duration(a.Interval) < minAllowanceInterval || time.Duration(a.Interval) > maxAllowanceInterval) {
+		return fmt.Errorf("local_allowance interval %s: want 1ms to 10s", time.Duration(a.Interval))
 	}
 	return nil
 }
