@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"syscall"
@@ -115,6 +116,10 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 		if st == leading {
 			go b.lead(nil) // it was handed the lead: pass it on
 		}
+		if st != sent {
+			// Taken off the queue: it never ran (notSent says so).
+			return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		}
 		return nil, ctx.Err()
 	}
 	b.mu.Lock()
@@ -215,8 +220,12 @@ func (s *redisStore) pipeline(node *redis.Client, calls []*scriptCall) {
 	}
 }
 
+// errNotSent is a script taken off its node's queue before it was written.
+var errNotSent = errors.New("redis script not sent")
+
 // notSent tells whether err means the command never reached Redis: no
-// connection could be had. Only such a settlement is queued again.
+// connection could be had, or the call left the queue before its pipeline
+// was written. Only such a settlement or lease give-back is queued again.
 func notSent(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+	return errors.Is(err, errNotSent) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }

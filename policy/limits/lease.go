@@ -74,6 +74,7 @@ type leaseEntry struct {
 	// are left of it, spendable until until (µs, the limiter's clock).
 	held     bool
 	req, tok int64
+	tokCap   int64 // the token slice: refunds refill the lease to that, no more
 	until    int64
 	// seq changes whenever the lease's units change hands (a new lease, a
 	// give-back), so that Settle corrects only the lease its admission
@@ -247,6 +248,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 		// lease, empty as it may be, so that try admits it.
 		if g.req > 0 || g.tok > 0 || g.rwait == 0 && g.twait == 0 {
 			e.held, e.req, e.tok, e.until = true, g.req, g.tok, now+ls.interval
+			e.tokCap = tslice
 			e.seq++
 		}
 		if g.req > 0 || g.tok > 0 {
@@ -344,16 +346,28 @@ func (ls *leases) decide(org string, lim orgLimits, c check, o outcome, e *lease
 }
 
 // settle corrects an admission paid from lease seq of e by delta units of
-// tokens (a refund when negative), when that lease still holds enough; it
-// reports whether it did.
-func (e *leaseEntry) settle(seq uint64, delta int64) bool {
+// tokens (a refund when negative) and returns what is left for the bucket
+// in Redis: nothing when the lease paid the charge or took the refund. A
+// refund fills the lease up to the token slice s, no more (whole tokens),
+// so that a lease never holds more than s once its own request has taken
+// its estimate (the README's bound counts on it); the rest goes to Redis,
+// where the bucket's capacity caps it as in exact admission.
+func (e *leaseEntry) settle(seq uint64, delta int64) (rest int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.dead || !e.held || e.seq != seq || e.tok < delta {
-		return false
+	if e.dead || !e.held || e.seq != seq {
+		return delta
 	}
-	e.tok -= delta
-	return true
+	if delta >= 0 {
+		if e.tok < delta {
+			return delta
+		}
+		e.tok -= delta
+		return 0
+	}
+	take := min(-delta, max(e.tokCap-e.tok, 0)) / unit * unit
+	e.tok += take
+	return delta + take
 }
 
 func (ls *leases) startSweeper() {

@@ -547,3 +547,33 @@ func TestLeaseSweeperRuns(t *testing.T) {
 		return r >= 299*unit && tk >= 63900*unit && l.leases.size.Load() == 0
 	})
 }
+
+// TestLeaseRefundStaysWithinTheSlice: a refund refills a lease up to the
+// token slice and sends the rest to Redis, where the bucket's capacity caps
+// it. Taken for a request estimated at the whole bucket and refunded whole,
+// the lease must not keep the refund beside a bucket that refills: over the
+// next interval the org gets no more than exact admission's bucket plus
+// the bound for one instance, min(s, r·T).
+func TestLeaseRefundStaysWithinTheSlice(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	const burst, rate, share = 1000, 500, 0.1 // s = 100 tokens, r·T = 500
+	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(rate), TokenBurst: i64(burst)}
+	l := newLeaser(t, cfg, share, time.Second, clk, onRedis(srv.URL()))
+
+	d := mustAllow(t, l.Admit(bg, "acme", burst))
+	l.Settle(d, 0) // a refund of the whole bucket
+	l.redis.drain()
+	clk.advance(999 * time.Millisecond)
+	admitted := int64(0)
+	for l.Admit(bg, "acme", 1).Allowed {
+		admitted++
+		if admitted > 3*burst {
+			break
+		}
+	}
+	if bound := int64(burst) + overshootBound(1, burst*share, rate, time.Second); admitted > bound {
+		t.Fatalf("%d tokens admitted after the refund, want at most %d (the bucket plus min(s, r·T))", admitted, bound)
+	}
+	t.Logf("%d tokens admitted after the refund", admitted)
+}

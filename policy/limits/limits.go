@@ -464,8 +464,12 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	if delta == 0 && sp == nil {
 		return
 	}
-	if d.lease != nil && sp == nil && d.lease.settle(d.leaseSeq, delta*unit) {
-		return
+	if d.lease != nil && sp == nil {
+		// What the lease does not take (a charge it cannot pay, or a
+		// refund past its grant) goes to Redis; whole tokens either way.
+		if delta = d.lease.settle(d.leaseSeq, delta*unit) / unit; delta == 0 {
+			return
+		}
 	}
 	if d.redis != nil {
 		d.redis.settle(d.org, lim, delta, sp)

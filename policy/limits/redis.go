@@ -78,8 +78,10 @@ type redisStore struct {
 	// (Redis lost and the queue full).
 	lostAnswers, dropped atomic.Int64
 	// taken counts the flushes that took the queue (guarded by mu);
-	// flushed is the last of them whose scripts have been answered. What
-	// settle queues is sent by flush number taken+1 (see giveBack).
+	// flushed is the last of them whose scripts have been answered, with
+	// every lease give-back sent. What settle queues is sent by flush
+	// number taken+1 (see giveBack), or a later one if it must be queued
+	// again.
 	taken   uint64
 	flushed atomic.Uint64
 
@@ -532,7 +534,15 @@ func (s *redisStore) flush() {
 	epoch := s.taken
 	s.space.Broadcast()
 	s.mu.Unlock()
-	defer s.flushed.Store(epoch)
+	// flushed advances only past a flush that left no lease give-back
+	// unsent: one queued again below rides in a later flush, and its
+	// organization stays on exact admission until that one is answered.
+	backLeft := false
+	defer func() {
+		if !backLeft {
+			s.flushed.Store(epoch)
+		}
+	}()
 
 	ctx := context.Background()
 	clock := s.clockArg()
@@ -606,6 +616,7 @@ func (s *redisStore) flush() {
 			s.holds[org] = max(s.holds[org], holds[org])
 		} else {
 			p, old := s.settles[org], settles[org]
+			backLeft = backLeft || old.reqBack != 0 || old.tokBack != 0
 			p.lim, p.delta = old.lim, p.delta+old.delta
 			p.reqBack, p.tokBack = p.reqBack+old.reqBack, p.tokBack+old.tokBack
 			for _, sp := range old.spend {
