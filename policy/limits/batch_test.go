@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"strconv"
@@ -238,5 +239,26 @@ func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 	defer b.mu.Unlock()
 	if b.inflight != 0 || len(b.pending) != 0 {
 		t.Fatalf("%d in flight, %d pending once every admission is answered", b.inflight, len(b.pending))
+	}
+}
+
+// TestRedisCallTakenOffTheQueueIsNotSent: a call whose time runs out while
+// it waits for a pipeline never runs, and its error says so, so that a
+// lease's give-back riding on it is queued again rather than counted lost.
+func TestRedisCallTakenOffTheQueueIsNotSent(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
+	mustAllow(t, l.Admit(bg, "warm", 1))
+	b := pretendBusy(t, l)
+	ctx, cancel := context.WithCancel(bg)
+	got := make(chan error)
+	go func() {
+		_, err := b.do(ctx, &scriptCall{node: l.redis.client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}})
+		got <- err
+	}()
+	waitPending(b, 1)
+	cancel()
+	if err := <-got; !notSent(err) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v: want one that says not sent, and why", err)
 	}
 }
