@@ -230,31 +230,33 @@ func (s *redisStore) lease(ctx context.Context, org string, c check, rslice, tsl
 }
 
 func parseGrant(res any) (leaseGrant, error) {
-	v, ok := res.([]any)
-	if !ok || len(v) != 7 {
-		return leaseGrant{}, fmt.Errorf("%w: %T", errBadReply, res)
-	}
 	var n [7]int64
-	for i := range v {
-		if n[i], ok = v[i].(int64); !ok {
-			return leaseGrant{}, fmt.Errorf("%w: %T at %d", errBadReply, v[i], i)
-		}
+	if err := int64s(res, n[:]); err != nil {
+		return leaseGrant{}, err
 	}
 	return leaseGrant{req: n[0], tok: n[1], r: n[2], t: n[3], rwait: n[4], twait: n[5], holdwait: n[6]}, nil
 }
 
 var errBadReply = errors.New("unexpected reply from the admission script")
 
-func parseOutcome(res any) (outcome, error) {
+// int64s reads a script's reply of len(out) integers into out.
+func int64s(res any, out []int64) error {
 	v, ok := res.([]any)
-	if !ok || len(v) != 11 {
-		return outcome{}, fmt.Errorf("%w: %T", errBadReply, res)
+	if !ok || len(v) != len(out) {
+		return fmt.Errorf("%w: %T", errBadReply, res)
 	}
-	var n [11]int64
 	for i := range v {
-		if n[i], ok = v[i].(int64); !ok {
-			return outcome{}, fmt.Errorf("%w: %T at %d", errBadReply, v[i], i)
+		if out[i], ok = v[i].(int64); !ok {
+			return fmt.Errorf("%w: %T at %d", errBadReply, v[i], i)
 		}
+	}
+	return nil
+}
+
+func parseOutcome(res any) (outcome, error) {
+	var n [11]int64
+	if err := int64s(res, n[:]); err != nil {
+		return outcome{}, err
 	}
 	if n[6] < 0 || n[6] > 3 {
 		return outcome{}, fmt.Errorf("%w: period %d", errBadReply, n[6])

@@ -50,6 +50,15 @@ local function expire()
   local ttl = math.max(fullin(r, rcap, rrate), fullin(t, tcap, trate))
   redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) + 1)
 end
+-- save writes the levels of the buckets asked for (r, t) as of now, and
+-- the key's expiry.
+local function save(wr, wt)
+  local f = {}
+  if wr then f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(now) end
+  if wt then f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(now) end
+  redis.call('HSET', KEYS[1], unpack(f))
+  expire()
+end
 `
 
 // admitScript checks and debits both buckets (and checks the hold), and
@@ -100,8 +109,7 @@ if bref == 1 then
       rwait = math.ceil((rcost - r) / rrate)
     else
       r = r - rcost
-      redis.call('HSET', KEYS[1], 'r', int(r), 'ra', int(now))
-      expire()
+      save(true, false)
     end
   end
   return {0, r, t, rwait, 0, 0, bidx, spent, resv, slot, 1}
@@ -117,21 +125,12 @@ local ok = holdwait == 0 and rwait == 0 and twait == 0
 if not ok and usereq and rwait == 0 then
   -- refused by the tokens or a hold: the request still counts one request
   r = r - rcost
-  redis.call('HSET', KEYS[1], 'r', int(r), 'ra', int(now))
-  expire()
+  save(true, false)
 end
 if ok and (usereq or usetok) then
-  local f = {}
-  if usereq then
-    r = r - rcost
-    f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(now)
-  end
-  if usetok then
-    t = t - tcost
-    f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(now)
-  end
-  redis.call('HSET', KEYS[1], unpack(f))
-  expire()
+  if usereq then r = r - rcost end
+  if usetok then t = t - tcost end
+  save(usereq, usetok)
 end
 if ok and bidx > 0 and bcost > 0 then
   redis.call('HINCRBY', bkey, 'r' .. int(slot), ARGV[11])
@@ -172,18 +171,12 @@ for i = 2, #KEYS do
     end
   end
 end
-local f = {}
-if rcap > 0 and tonumber(ARGV[7]) > 0 then
-  r = math.min(r + tonumber(ARGV[7]), rcap)
-  f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(now)
-end
-if tcap > 0 and tonumber(ARGV[6]) ~= 0 then
-  t = math.min(math.max(t - tonumber(ARGV[6]), -tcap), tcap)
-  f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(now)
-end
-if #f == 0 then return t end
-redis.call('HSET', KEYS[1], unpack(f))
-expire()
+local wr = rcap > 0 and tonumber(ARGV[7]) > 0
+local wt = tcap > 0 and tonumber(ARGV[6]) ~= 0
+if wr then r = math.min(r + tonumber(ARGV[7]), rcap) end
+if wt then t = math.min(math.max(t - tonumber(ARGV[6]), -tcap), tcap) end
+if not (wr or wt) then return t end
+save(wr, wt)
 return t
 `)
 
@@ -221,17 +214,9 @@ if rwait == 0 and holdwait == 0 and tcap > 0 then
   end
 end
 if changed or rg > 0 or tg > 0 then
-  local f = {}
-  if rcap > 0 then
-    r = r - rg
-    f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(now)
-  end
-  if tcap > 0 then
-    t = t - tg
-    f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(now)
-  end
-  redis.call('HSET', KEYS[1], unpack(f))
-  expire()
+  if rcap > 0 then r = r - rg end
+  if tcap > 0 then t = t - tg end
+  save(rcap > 0, tcap > 0)
 end
 return {rg, tg, r, t, rwait, twait, holdwait}
 `)
