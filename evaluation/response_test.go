@@ -62,6 +62,10 @@ func TestParseResponseUnreadable(t *testing.T) {
 			t.Errorf("%q: read as a response", body)
 		}
 	}
+	// Keys are case-sensitive, as the service (Python) writes and reads them.
+	if resp, err := ParseResponse([]byte(`{"Model":"m","MODEL":"m"}`)); err != nil || resp.Model != "" {
+		t.Errorf("a key in another case read as the model: %q %v", resp.Model, err)
+	}
 	resp, err := ParseResponse([]byte(`{"usage":{"input_tokens":-3},"model":7}`))
 	if err != nil || resp.HasUsage || resp.Model != "" {
 		t.Errorf("bad usage or model read: %+v %v", resp, err)
@@ -80,12 +84,20 @@ func FuzzParseResponse(f *testing.F) {
 			return
 		}
 		// Whatever is read agrees with encoding/json where that decoder
-		// reads the body too.
-		var std struct {
-			Model string `json:"model"`
-		}
-		if json.Unmarshal(body, &std) == nil && std.Model != resp.Model && !strings.ContainsAny(string(body), "\\") {
-			t.Fatalf("model %q, encoding/json reads %q", resp.Model, std.Model)
+		// reads the body too. The oracle is a map, not a struct: the
+		// service's keys are case-sensitive, as in Python, while
+		// encoding/json matches a struct's fields in any case ("modEl").
+		// A repeated key's last value wins in both; a model that is not a
+		// string reads as none.
+		var std map[string]json.RawMessage
+		if json.Unmarshal(body, &std) == nil && !strings.ContainsAny(string(body), "\\") {
+			var model string
+			if json.Unmarshal(std["model"], &model) != nil {
+				model = ""
+			}
+			if model != resp.Model {
+				t.Fatalf("model %q, encoding/json reads %q", resp.Model, model)
+			}
 		}
 		if resp.HasUsage && resp.InputTokens < 0 {
 			t.Fatal("negative usage")
