@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/systemone/systemone-gateway/internal/drain"
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/policy/breaker"
 	"github.com/systemone/systemone-gateway/policy/guardrails"
@@ -88,6 +89,9 @@ type Handler struct {
 	redis         redis.UniversalClient
 	release       func() error
 	now           func() time.Time
+	// gate holds the shared state for the requests still in this config
+	// after a reload has retired it (see Cleanup).
+	gate *drain.Gate
 }
 
 // CaddyModule returns the Caddy module information.
@@ -103,6 +107,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // what it uses of it. Each policy package resolves the placeholders of its
 // own options.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	h.gate = new(drain.Gate)
 	h.logger = ctx.Logger()
 	h.now = time.Now
 	if h.MaxBody == 0 {
@@ -214,8 +219,21 @@ func (h *Handler) Validate() error {
 }
 
 // Cleanup releases the shared state this config held; state still used by
-// a newer config (buckets, breakers, the Redis client) lives on.
+// a newer config (buckets, breakers, the Redis client) lives on. Caddy calls
+// it on a reload while the old servers still finish their requests, so the
+// release waits for the last request in this handler: their settlements,
+// holds and review entries go out through queues that are still open. What
+// the release finds wrong is logged, since Cleanup has returned by then.
 func (h *Handler) Cleanup() error {
+	h.gate.Retire(func() {
+		if err := h.releaseShared(); err != nil {
+			h.logger.Error("releasing the config's shared state", zap.Error(err))
+		}
+	})
+	return nil
+}
+
+func (h *Handler) releaseShared() error {
 	if h.router != nil {
 		h.router.Close()
 	}
@@ -236,6 +254,13 @@ func (h *Handler) Cleanup() error {
 // full and lets everything else through with only the org's request bucket.
 // What it decides is in the request's placeholders and trace as it goes.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if !h.gate.Enter() {
+		// Rare: a connection the old server was still reading when the
+		// reload began. Its policies send their writes at once instead
+		// of queueing them, on a Redis client that may be closed.
+		h.logger.Warn("request reached a config already released by a reload")
+	}
+	defer h.gate.Exit()
 	x := &exchange{start: h.now(), span: trace.SpanFromContext(r.Context())}
 	providePlaceholders(r, x)
 	if !validPath(r.URL.Path) {

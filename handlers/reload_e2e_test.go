@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -180,6 +181,72 @@ func TestReloadUnderLoad(t *testing.T) {
 				t.Errorf("%d \"circuit breaker opened\" entries, want 1: reloads neither close nor reopen it", n)
 			}
 			t.Logf("%d requests under load across 3 reloads; %d sent again after their connection failed", sent.Load(), retried.Load())
+		})
+	}
+}
+
+// Requests in flight across a reload finish under the config that admitted
+// them, with nothing of theirs lost: Caddy cleans up the old config while
+// its servers still finish their requests, and the old handler keeps its
+// settlement queue, review queue and Redis client until its last request is
+// out. Two evaluation calls wait at the upstream while the config is
+// reloaded; each then bills 1,000 tokens, 1.00 of a 5.00 budget (their
+// admission reserved only their estimate). Expected: the budget ends at
+// 3.00 and, with Redis, both answers are in the review stream.
+func TestReloadKeepsRequestsInFlight(t *testing.T) {
+	for _, store := range []string{"in-process", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			arrived, release := make(chan struct{}, 2), make(chan struct{})
+			up := gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived <- struct{}{}
+				<-release
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"model":"service-1.0.0","answers":{"late":{"type":"noul","noul":0.9,"confidence":0.8}},"usage":{"input_tokens":1000,"output_tokens":2}}`))
+			}))
+			port := gatewaytest.FreePort(t)
+			url := fmt.Sprintf("http://127.0.0.1:%d", port)
+			var rs *redistest.Server
+			redisLine, routeBlock := "", ""
+			if store == "redis" {
+				rs = redistest.Start(t)
+				redisLine = "\t\tredis " + rs.URL() + "\n"
+				routeBlock = "\t\troute {\n\t\t\tqueue review:inflight\n\t\t\taudit 1\n\t\t}\n"
+			}
+			config := fmt.Sprintf(":%d {\n\tsystemone {\n%s\t\tlimits {\n\t\t\tbudget 5 per month\n\t\t\tprice 1000\n\t\t}\n%s\t}\n\treverse_proxy %s\n}\n",
+				port, redisLine, routeBlock, up.Addr())
+			g := gatewaytest.Load(t, config)
+
+			var wg sync.WaitGroup
+			statuses := make([]int, 2)
+			for i := range statuses {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := &client{tr: &http.Transport{DisableKeepAlives: true}}
+					r := c.post(url, "k", smallBody)
+					if r.err != nil {
+						t.Errorf("request %d: %v", i, r.err)
+						return
+					}
+					statuses[i] = r.status
+				}()
+			}
+			<-arrived
+			<-arrived
+			g.Reload(config) // returns once the old config is cleaned up
+			close(release)
+			wg.Wait()
+			if statuses[0] != 200 || statuses[1] != 200 {
+				t.Fatalf("statuses %v, want two 200s", statuses)
+			}
+			waitRemaining(t, url, "k", "3.00")
+			if rs == nil {
+				return
+			}
+			waitFor(t, func() bool {
+				n, err := rs.Do("XLEN", "review:inflight")
+				return err == nil && n == ":2"
+			}, 10*time.Second)
 		})
 	}
 }

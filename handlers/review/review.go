@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/systemone/systemone-gateway/internal/drain"
 	"github.com/systemone/systemone-gateway/internal/redispool"
 )
 
@@ -61,6 +62,9 @@ type Handler struct {
 	store   *store
 	labels  *prometheus.CounterVec
 	release func() error
+	// gate holds the Redis client for the requests still in this config
+	// after a reload has retired it (see Cleanup).
+	gate *drain.Gate
 }
 
 // CaddyModule returns the Caddy module information.
@@ -74,6 +78,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Provision resolves placeholders, applies defaults, registers the metric
 // and acquires the shared Redis client.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	h.gate = new(drain.Gate)
 	h.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
 	var urls []string
@@ -111,17 +116,27 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Cleanup releases this config's hold on the shared Redis client.
+// Cleanup releases this config's hold on the shared Redis client once its
+// last request is out: on a reload, Caddy calls it while the old servers
+// still finish their requests, and a label being written must not meet a
+// closed client.
 func (h *Handler) Cleanup() error {
-	if h.release != nil {
-		return h.release()
-	}
+	h.gate.Retire(func() {
+		if h.release == nil {
+			return
+		}
+		if err := h.release(); err != nil {
+			h.logger.Error("releasing the Redis client", zap.Error(err))
+		}
+	})
 	return nil
 }
 
 // ServeHTTP routes by the path under the mount. Every answer is written
 // here, errors included, as `{"detail": ...}`: the handler is terminal.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	h.gate.Enter() // a request after the release may meet a closed client: store_unavailable
+	defer h.gate.Exit()
 	p := r.URL.Path
 	switch {
 	case p == "/" || p == "":

@@ -131,7 +131,7 @@ func New(cfg Config, logger *zap.Logger) (*Set, error) {
 // is admitted, and its Ticket creates the breaker if the request fails. It
 // does no network I/O; rejecting takes about 0.3µs.
 func (s *Set) Allow(model string) (*Ticket, *Rejection) {
-	if s == nil || s.closed.Load() || len(model) > MaxModelLen {
+	if s == nil || len(model) > MaxModelLen {
 		return &Ticket{}, nil
 	}
 	b := s.table.lookup(model)
@@ -149,9 +149,9 @@ func (s *Set) Allow(model string) (*Ticket, *Rejection) {
 // State returns model's breaker state for the request log: "closed", "open"
 // or "half-open"; "closed" too for a model without a breaker, which is
 // admitted; "" when model is not circuit-broken (over MaxModelLen, or the
-// Set is nil or closed).
+// Set is nil).
 func (s *Set) State(model string) string {
-	if s == nil || s.closed.Load() || len(model) > MaxModelLen {
+	if s == nil || len(model) > MaxModelLen {
 		return ""
 	}
 	if b := s.table.lookup(model); b != nil {
@@ -162,8 +162,10 @@ func (s *Set) State(model string) string {
 
 // Close releases the Set's share of its table; the breakers live on while
 // another live Set has the same settings. Tickets already handed out stay
-// valid. Afterwards the Set admits everything. Calling Close again does
-// nothing.
+// valid, and the Set goes on answering from the table: a request that
+// reaches an old config after a reload still meets the breakers the new
+// config shares. Once no live Set has the settings, the table is dropped
+// and the Set admits everything. Calling Close again does nothing.
 func (s *Set) Close() {
 	if s == nil || !s.closed.CompareAndSwap(false, true) {
 		return

@@ -607,6 +607,29 @@ func TestOverlongModelNamesAreNotCircuitBroken(t *testing.T) {
 	}
 }
 
+// A Set closed by a reload goes on answering from the table the new
+// config shares: a request still reaching the old config meets the open
+// breaker, and its failure counts there.
+func TestClosedSetAnswersFromASharedTable(t *testing.T) {
+	cfg := Config{Failures: 2, OpenFor: caddy.Duration(time.Minute)}
+	old, _ := newSet(t, cfg)
+	trip(t, old, "m", 2)
+	fresh, _ := newSet(t, cfg)
+	old.Close()
+	if _, rej := old.Allow("m"); rej == nil {
+		t.Fatal("the closed Set admitted a model whose shared breaker is open")
+	}
+	if got := old.State("m"); got != "open" {
+		t.Errorf("closed Set state %q, want open", got)
+	}
+	forward(old, "n", 529)
+	forward(old, "n", 529)
+	if got := fresh.State("n"); got != "open" {
+		t.Errorf("failures through the closed Set left the live one's breaker %q, want open", got)
+	}
+}
+
+// Once no live Set has its settings, a closed Set admits everything.
 func TestNilAndClosedSetsAdmitEverything(t *testing.T) {
 	var none *Set
 	ticket, rej := none.Allow("m")
@@ -634,8 +657,8 @@ func TestNilAndClosedSetsAdmitEverything(t *testing.T) {
 			t.Fatalf("closed Set rejected: %+v", rej)
 		}
 	}
-	if got := s.State("m"); got != "" {
-		t.Errorf("closed Set state %q, want empty", got)
+	if got := s.State("m"); got != "closed" {
+		t.Errorf("closed Set state %q, want closed (no breaker left)", got)
 	}
 }
 

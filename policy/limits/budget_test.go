@@ -405,6 +405,21 @@ func TestBudgetOrgOverrides(t *testing.T) {
 	})
 }
 
+// reloadPrice is a reload that doubles the price (1 yuan per million
+// tokens, then 2) while old has admitted d, 1,000 tokens for acme.
+func reloadPrice(t *testing.T, opts []option) (old *Limiter, d Decision, reloaded *Limiter) {
+	t.Helper()
+	clk := newFakeClock()
+	oldCfg := budgetConfig(PerMonth, "")
+	oldCfg.StoreTimeout, oldCfg.OnStoreError = slow, StoreErrorDeny
+	newCfg := oldCfg
+	newCfg.Price = yp(2 * nanoPerYuan)
+	old, _ = newLimiter(t, oldCfg, clk, true, opts...)
+	d = mustAllow(t, old.Admit(bg, "acme", 1000))
+	reloaded, _ = newLimiter(t, newCfg, clk, true, opts...)
+	return old, d, reloaded
+}
+
 // A price changed by a reload applies from the next request: a request
 // admitted under the old config is charged at its price.
 func TestBudgetPriceChange(t *testing.T) {
@@ -415,14 +430,7 @@ func TestBudgetPriceChange(t *testing.T) {
 				opts = append(opts, onRedis(redistest.Start(t).URL()))
 			}
 			opts = append(opts, prefixed(t.Name()+":"))
-			clk := newFakeClock()
-			oldCfg := budgetConfig(PerMonth, "")
-			oldCfg.StoreTimeout, oldCfg.OnStoreError = slow, StoreErrorDeny
-			newCfg := oldCfg
-			newCfg.Price = yp(2 * nanoPerYuan)
-			old, _ := newLimiter(t, oldCfg, clk, true, opts...)
-			d := mustAllow(t, old.Admit(bg, "acme", 1000))
-			reloaded, _ := newLimiter(t, newCfg, clk, true, opts...)
+			old, d, reloaded := reloadPrice(t, opts)
 			settle(old, d, 2000) // the old handler settles its own request
 			_ = old.Close()
 			d = mustAllow(t, reloaded.Admit(bg, "acme", 1000))
@@ -431,6 +439,21 @@ func TestBudgetPriceChange(t *testing.T) {
 				t.Fatalf("cost at the new price: %d", d.Cost(1000))
 			}
 		})
+	}
+}
+
+// A request that reaches an old config after a reload has released it
+// settles through a closed limiter: the settlement is sent at once, not
+// dropped, and so is a hold.
+func TestRedisSettleAfterCloseIsSent(t *testing.T) {
+	old, d, reloaded := reloadPrice(t, []option{onRedis(redistest.Start(t).URL()), prefixed(t.Name() + ":")})
+	_ = old.Close()
+	old.Settle(d, 2000)
+	d = mustAllow(t, reloaded.Admit(bg, "acme", 1000))
+	mustSpend(t, d, 2_000_000, 2_000_000, 2_000_000) // charged at 1 yuan, reserved at 2
+	old.Hold("acme", 30*time.Second)
+	if d := reloaded.Admit(bg, "acme", 1000); d.Allowed || d.Bucket != BucketHold {
+		t.Fatalf("after a hold sent through the closed limiter: %+v", d)
 	}
 }
 

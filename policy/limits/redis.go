@@ -383,7 +383,8 @@ func classify(err error) (class string, outage bool) {
 // while they wait. Nothing is dropped while Redis is reachable: with
 // maxPending organizations queued, settle waits for the next flush to take
 // the queue. While Redis is lost, new organizations past maxPending are
-// dropped (counted, logged once).
+// dropped (counted, logged once). Once the store is closed, settle sends
+// the settlement itself (see unlockAndSend).
 func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle) {
 	s.mu.Lock()
 	p, queued := s.settles[org]
@@ -391,21 +392,17 @@ func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSet
 		s.mu.Unlock()
 		return
 	}
-	if !s.closed {
-		p.lim, p.delta = lim, p.delta+delta
-		if sp != nil {
-			p.add(*sp)
-		}
-		s.settles[org] = p
+	p.lim, p.delta = lim, p.delta+delta
+	if sp != nil {
+		p.add(*sp)
 	}
-	s.mu.Unlock()
-	s.wake()
+	s.settles[org] = p
+	s.unlockAndSend()
 }
 
 // giveBack queues what a lease did not spend, req and tok units, to go
 // back to org's buckets (up to full ones), like settle. It returns the
-// number of the flush that sends it (see flushed). Nothing is queued once
-// the store is closed.
+// number of the flush that sends it (see flushed).
 func (s *redisStore) giveBack(org string, lim orgLimits, req, tok int64) uint64 {
 	s.mu.Lock()
 	p, queued := s.settles[org]
@@ -413,15 +410,12 @@ func (s *redisStore) giveBack(org string, lim orgLimits, req, tok int64) uint64 
 		s.mu.Unlock()
 		return 0
 	}
-	if !s.closed {
-		p.lim = lim
-		p.reqBack += req
-		p.tokBack += tok
-		s.settles[org] = p
-	}
+	p.lim = lim
+	p.reqBack += req
+	p.tokBack += tok
+	s.settles[org] = p
 	epoch := s.taken + 1
-	s.mu.Unlock()
-	s.wake()
+	s.unlockAndSend()
 	return epoch
 }
 
@@ -433,10 +427,23 @@ func (s *redisStore) hold(org string, d time.Duration) {
 		s.mu.Unlock()
 		return
 	}
-	if !s.closed {
-		s.holds[org] = max(cur, d)
-	}
+	s.holds[org] = max(cur, d)
+	s.unlockAndSend()
+}
+
+// unlockAndSend unlocks s.mu, which the caller holds having queued something,
+// and has it sent: by the settle loop while the store is open, else at once
+// on the caller's goroutine. A closed store gets work only from a request
+// that reached its config after the handler released it (a connection the
+// old server was still reading when a reload began; see drain.Gate): its
+// settlement is still owed, and the Redis client may still be open.
+func (s *redisStore) unlockAndSend() {
+	closed := s.closed
 	s.mu.Unlock()
+	if closed {
+		s.flush()
+		return
+	}
 	s.wake()
 }
 

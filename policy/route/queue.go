@@ -31,8 +31,7 @@ type QueueStats struct {
 	Enqueued int64
 	// Audited entries were drawn by the audit (whether written or not).
 	Audited int64
-	// Dropped entries were never sent: too many writes in flight, or the
-	// Router closed.
+	// Dropped entries were never sent: too many writes in flight.
 	Dropped int64
 	// Failed entries were sent and not written (Redis error or timeout).
 	Failed int64
@@ -115,11 +114,6 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	}
 	ref := entryRef{requestID: meta.RequestID, org: meta.Org, reason: d.Reason, audit: audit}
 	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		q.lost(ref, "review queue closed, entry dropped", nil, &q.dropped)
-		return
-	}
 	select {
 	case q.slots <- struct{}{}:
 	default:
@@ -127,7 +121,13 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 		q.lost(ref, "review queue saturated, entry dropped", nil, &q.dropped)
 		return
 	}
-	q.wg.Add(1)
+	// After Close the write still goes out, untracked: it comes from a
+	// request that reached the config after the handler released it (see
+	// Close), and the Redis client may well be open still.
+	tracked := !q.closed
+	if tracked {
+		q.wg.Add(1)
+	}
 	q.mu.Unlock()
 
 	args := &redis.XAddArgs{
@@ -140,7 +140,9 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	go func() {
 		defer func() {
 			<-q.slots
-			q.wg.Done()
+			if tracked {
+				q.wg.Done()
+			}
 		}()
 		ctx, cancel := context.WithTimeout(ctx, q.timeout)
 		defer cancel()
@@ -152,9 +154,11 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	}()
 }
 
-// Close waits for the writes in flight, each bounded by its timeout, and
-// makes later Enqueue calls drop their entries. It leaves the Redis client
-// open: the caller owns it. Call it from the handler's Cleanup.
+// Close waits for the writes in flight, each bounded by its timeout. It
+// leaves the Redis client open: the caller owns it. Call it from the
+// handler's Cleanup, once the config's last request is out (drain.Gate).
+// An Enqueue after Close still writes, without Close waiting for it: it
+// can only come from a request that reached the config after its release.
 func (r *Router) Close() {
 	q := r.queue
 	if q == nil {
