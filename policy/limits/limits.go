@@ -443,7 +443,8 @@ func requestsMessage(lim orgLimits, org string) string {
 // With local_allowance, an admission paid from a lease is corrected against
 // that lease when it still holds enough (a refund always), else as above.
 // Settle does nothing for a refused Decision, nor for one that no store
-// charged (on_store_error allow after a failure).
+// charged (on_store_error allow after a failure). The cost of an admission
+// decided in process because Redis failed is also queued for Redis's total.
 func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	if !d.Allowed || (d.local == nil && d.redis == nil) {
 		return
@@ -477,6 +478,16 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	}
 	t := l.now()
 	d.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, sp, micros(t), t.UnixMicro())
+	if l.redis != nil && sp != nil && sp.charge > 0 {
+		// Admitted in process because Redis failed (on_store_error
+		// local): the money is owed to Redis's total for the period
+		// too, or the fleet's record would stay short by the outage's
+		// spend. It is queued like any settlement and sent once Redis
+		// is back; the reservation was in process only.
+		owed := *sp
+		owed.release = 0
+		l.redis.settle(d.org, lim, 0, &owed)
+	}
 }
 
 // Hold refuses org's evaluations for retryAfter (at least 1s, at most an
