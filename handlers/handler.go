@@ -241,8 +241,8 @@ func (h *Handler) releaseShared() error {
 		h.breakers.Close()
 	}
 	if h.limiter != nil {
-		liveLimiters.Delete(h.limiter)
 		_ = h.limiter.Close()
+		retireLimiter(h.limiter)
 	}
 	if h.release != nil {
 		return h.release()

@@ -25,7 +25,7 @@ type metrics struct {
 	inputTokens     *prometheus.CounterVec
 	cost            *prometheus.CounterVec
 	routes          *prometheus.CounterVec
-	redisUp         prometheus.Collector
+	limiterState    prometheus.Collector
 	budgetSpent     *prometheus.GaugeVec
 }
 
@@ -77,7 +77,7 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Namespace: namespace, Name: "routes_total",
 			Help: "Routed 200 answers by the concrete model version that answered (at most 100, then other), route and reason.",
 		}, []string{"model", "route", "reason"}),
-		redisUp: redisUpCollector{},
+		limiterState: limiterCollector{},
 	}
 })
 
@@ -110,7 +110,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.routes, err = register(reg, m.routes)
 	}
 	if err == nil {
-		m.redisUp, err = register(reg, m.redisUp)
+		m.limiterState, err = register(reg, m.limiterState)
 	}
 	if err == nil {
 		m.budgetSpent, err = register(reg, m.budgetSpent)
@@ -242,33 +242,82 @@ func (b *boundedLabel) label(v string) string {
 	return v
 }
 
-// redisUpDesc describes systemone_redis_up.
-var redisUpDesc = prometheus.NewDesc(namespace+"_redis_up",
-	"1 while the rate limiter's Redis answers, 0 from the moment the limiter counts it as lost (3 consecutive failures) until a probe sees it back. Absent when no limiter uses Redis.",
-	nil, nil)
+// The limiters' own metrics, read from the live limiters at scrape time.
+var (
+	redisUpDesc = prometheus.NewDesc(namespace+"_redis_up",
+		"1 while the rate limiter's Redis answers, 0 from the moment the limiter counts it as lost (3 consecutive failures) until a probe sees it back. Absent when no limiter uses Redis.",
+		nil, nil)
+	leasesDesc = prometheus.NewDesc(namespace+"_limit_leases_total",
+		"Lease calls to Redis that granted a slice of an organization's buckets (local_allowance).",
+		nil, nil)
+	settlementsLostDesc = prometheus.NewDesc(namespace+"_limit_settlements_lost_total",
+		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost; not sent again).",
+		[]string{"reason"}, nil)
+)
 
 // liveLimiters are the limiters of the configs that run (during a reload,
 // the old config's and the new one's), read at scrape time.
 var liveLimiters sync.Map // *limits.Limiter -> struct{}
 
-// redisUpCollector reports systemone_redis_up from the live limiters that
-// use Redis: 0 when any of them counts its Redis as lost.
-type redisUpCollector struct{}
+// retiredLimiters holds the final counts of the limiters released so far,
+// so that the counters keep counting across reloads. Its lock makes moving
+// a limiter from live to retired one step for a scrape.
+var retiredLimiters struct {
+	sync.Mutex
+	limits.Stats
+}
 
-func (redisUpCollector) Describe(ch chan<- *prometheus.Desc) { ch <- redisUpDesc }
+// retireLimiter moves a closed limiter's counts from live to retired.
+func retireLimiter(l *limits.Limiter) {
+	st := l.Stats()
+	retiredLimiters.Lock()
+	defer retiredLimiters.Unlock()
+	liveLimiters.Delete(l)
+	r := &retiredLimiters.Stats
+	r.LeasesTaken += st.LeasesTaken
+	r.SettlementsDropped += st.SettlementsDropped
+	r.SettlementsUnanswered += st.SettlementsUnanswered
+}
 
-func (redisUpCollector) Collect(ch chan<- prometheus.Metric) {
+// limiterCollector reports the limiters' metrics: systemone_redis_up is 0
+// when any live limiter counts its Redis as lost; the counters add up the
+// live and the retired limiters. All are absent when no limiter uses Redis.
+type limiterCollector struct{}
+
+func (limiterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- redisUpDesc
+	ch <- leasesDesc
+	ch <- settlementsLostDesc
+}
+
+func (limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	up, used := 1.0, false
+	retiredLimiters.Lock()
+	total := retiredLimiters.Stats
 	liveLimiters.Range(func(k, _ any) bool {
-		if ok, uses := k.(*limits.Limiter).RedisUp(); uses {
-			used = true
-			if !ok {
-				up = 0
-			}
+		l := k.(*limits.Limiter)
+		ok, uses := l.RedisUp()
+		if !uses {
+			return true
 		}
+		used = true
+		if !ok {
+			up = 0
+		}
+		st := l.Stats()
+		total.LeasesTaken += st.LeasesTaken
+		total.SettlementsDropped += st.SettlementsDropped
+		total.SettlementsUnanswered += st.SettlementsUnanswered
 		return true
 	})
+	retiredLimiters.Unlock()
+	if !used && total == (limits.Stats{}) {
+		return
+	}
 	if used {
 		ch <- prometheus.MustNewConstMetric(redisUpDesc, prometheus.GaugeValue, up)
 	}
+	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.CounterValue, float64(total.LeasesTaken))
+	ch <- prometheus.MustNewConstMetric(settlementsLostDesc, prometheus.CounterValue, float64(total.SettlementsDropped), "dropped")
+	ch <- prometheus.MustNewConstMetric(settlementsLostDesc, prometheus.CounterValue, float64(total.SettlementsUnanswered), "unanswered")
 }

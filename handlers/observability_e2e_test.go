@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/handlers"
+	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/policy/identity"
@@ -318,4 +319,46 @@ func TestRedisUpMetric(t *testing.T) {
 
 	rs.Restart()
 	waitFor(t, func() bool { return up() == "1" }, 15*time.Second)
+}
+
+// A settlement whose answer Redis never sends is counted in
+// systemone_limit_settlements_lost_total{reason="unanswered"}, and the
+// count survives a reload that retires the limiter that lost it.
+func TestSettlementsLostMetric(t *testing.T) {
+	rs := redistest.Start(t)
+	proxy := faultproxy.Start(t, rs.Addr)
+	up := gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxy.BlackHole() // admitted already: the settlement meets the black hole
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"model":"service-1.0.0","answers":{"late":{"type":"noul","noul":0.9}},"usage":{"input_tokens":5000,"output_tokens":2}}`))
+	}))
+	sites, url := site(t, up.Addr(), "\t\tredis redis://"+proxy.Addr()+"\n\t\tlimits {\n\t\t\tstore_timeout 200ms\n\t\t}\n")
+	metricsPort := gatewaytest.FreePort(t)
+	sites += fmt.Sprintf(":%d {\n\tmetrics\n}\n", metricsPort)
+	g := gatewaytest.Load(t, sites)
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	lost := func() int {
+		for _, line := range scrape(t, metricsURL) {
+			if v, ok := strings.CutPrefix(line, `systemone_limit_settlements_lost_total{reason="unanswered"} `); ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				return n
+			}
+		}
+		t.Fatal("no systemone_limit_settlements_lost_total{reason=\"unanswered\"}")
+		return 0
+	}
+	before := lost() // other tests in the process may have lost some
+	if resp, body := post(t, url, "lost-key", smallBody); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	waitFor(t, func() bool { return lost() == before+1 }, 10*time.Second)
+
+	proxy.Pass()
+	g.Reload(sites)
+	if n := lost(); n != before+1 {
+		t.Errorf("after the reload retired the limiter: %d lost, want %d", n, before+1)
+	}
 }

@@ -97,8 +97,8 @@ func TestLeaseSpendsLocally(t *testing.T) {
 	if n := hook.scripts.Load(); n != 2 {
 		t.Fatalf("%d scripts after the lease was spent, want 2", n)
 	}
-	if l.leases.taken.Load() != 3 {
-		t.Fatalf("leases taken %d", l.leases.taken.Load())
+	if l.Stats().LeasesTaken != 3 {
+		t.Fatalf("leases taken %d", l.Stats().LeasesTaken)
 	}
 	for range 3 {
 		mustAllow(t, l.Admit(bg, "budgeted", 1))
