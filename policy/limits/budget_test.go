@@ -680,3 +680,33 @@ func TestRedisBudgetCluster(t *testing.T) {
 		mustRefuseBudget(t, l.Admit(bg, org, 1), "Budget exceeded: 0.01 yuan per day for organization "+org+", resets at "+d.Budget.Reset.Format(time.RFC3339))
 	}
 }
+
+// A settlement still queued when the limiter closes with Redis lost has
+// nobody left to send it: it is counted as dropped and logged, not lost
+// silently.
+func TestRedisSettlementAbandonedAtCloseIsCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	cfg := budgetConfig(PerDay, "")
+	cfg.StoreTimeout = slow
+	l, logs := newLimiter(t, cfg, newFakeClock(), true, onRedis("redis://"+proxy.Addr()))
+	d := mustAllow(t, l.Admit(bg, "acme", 1000))
+	if d.redis == nil {
+		t.Fatalf("admitted without Redis: %+v", d)
+	}
+	proxy.Refuse()
+	for i := 0; !l.redis.lost.Load(); i++ {
+		if i == 100 {
+			t.Fatal("Redis refused 100 admissions and is not counted lost")
+		}
+		l.Admit(bg, "other", 1) // on_store_error local: in process, and counts the failure
+	}
+	l.Settle(d, 2000)
+	_ = l.Close()
+	if st := l.Stats(); st.SettlementsDropped != 1 {
+		t.Errorf("stats %+v, want the queued settlement dropped", st)
+	}
+	if logs.FilterMessage("redis unavailable as the limiter closed; settlements dropped").Len() != 1 {
+		t.Errorf("no warning: %v", logs.AllUntimed())
+	}
+}

@@ -527,7 +527,15 @@ func (s *redisStore) settleLoop() {
 func (s *redisStore) flush() {
 	s.mu.Lock()
 	if s.lost.Load() {
+		abandoned := 0
+		if s.closed {
+			// Nobody will send it: count it as dropped.
+			abandoned = len(s.settles) + len(s.holds)
+			clear(s.settles)
+			clear(s.holds)
+		}
 		s.mu.Unlock()
+		s.abandon(abandoned)
 		return
 	}
 	var settles map[string]pendingSettle
@@ -608,6 +616,7 @@ func (s *redisStore) flush() {
 	}
 
 	var lost int64
+	abandoned := 0
 	s.mu.Lock()
 	for i, c := range calls {
 		sentOK := c.res != nil || (c.err != nil && !notSent(c.err))
@@ -618,6 +627,7 @@ func (s *redisStore) flush() {
 			continue
 		}
 		if s.closed {
+			abandoned++
 			continue
 		}
 		org := orgs[i]
@@ -635,12 +645,23 @@ func (s *redisStore) flush() {
 		}
 	}
 	s.mu.Unlock()
+	s.abandon(abandoned)
 	if lost > 0 {
 		s.lostAnswers.Add(lost)
 		if ce := s.logger.Check(zap.WarnLevel, "redis settlements lost; not sent again"); ce != nil {
 			ce.Write(zap.Int64("count", lost))
 		}
 	}
+}
+
+// abandon counts n settlements and holds a closed store could not send
+// (Redis lost or failing when the config was released) as dropped.
+func (s *redisStore) abandon(n int) {
+	if n == 0 {
+		return
+	}
+	s.dropped.Add(int64(n))
+	s.logger.Warn("redis unavailable as the limiter closed; settlements dropped", zap.Int("count", n))
 }
 
 // drain waits until everything queued before it has been sent (tests).
