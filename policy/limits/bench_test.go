@@ -48,9 +48,8 @@ func BenchmarkAdmitInProcessParallel(b *testing.B) {
 func benchRedis(b *testing.B, parallel bool) {
 	srv := redistest.Start(b)
 	cfg := benchConfig()
-	cfg.Redis = []string{srv.URL()}
 	cfg.OnStoreError = StoreErrorDeny
-	l, _ := newLimiter(b, cfg, nil, false)
+	l, _ := newLimiter(b, cfg, nil, false, onRedis(srv.URL()))
 	hook := &countHook{}
 	universal(l).AddHook(hook)
 	mustAllowB(b, l.Admit(bg, "warm", 1))
