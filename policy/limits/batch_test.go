@@ -262,3 +262,49 @@ func TestRedisCallTakenOffTheQueueIsNotSent(t *testing.T) {
 		t.Fatalf("error %v: want one that says not sent, and why", err)
 	}
 }
+
+// TestRedisSettlementWaitingForRoomDropsOnceLost: a settlement waiting for
+// room in a full queue, while a flush is stuck on a Redis that stopped
+// answering, is dropped (and counted) as soon as Redis counts as lost,
+// rather than holding its request for the whole outage.
+func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis("redis://"+proxy.Addr()))
+	s := l.redis
+	mustAllow(t, l.Admit(bg, "warm", 1)) // the script is loaded, the connection up
+	s.maxPending = 2
+	proxy.BlackHole()
+	s.settle("org0", defaultLimits, -10, nil) // its flush is stuck for store_timeout
+	eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.taken == 1 && len(s.settles) == 0
+	})
+	s.settle("org1", defaultLimits, -10, nil)
+	s.settle("org2", defaultLimits, -10, nil) // the queue is full
+	done := make(chan struct{})
+	go func() {
+		s.settle("org3", defaultLimits, -10, nil)
+		close(done)
+	}()
+	eventually(t, func() bool {
+		select {
+		case <-done:
+			t.Fatal("the settlement did not wait for room while Redis counted as up")
+		default:
+		}
+		return len(s.urgent) == 1 || s.taken > 1 // it asked for a flush
+	})
+	for range lostAfter {
+		s.observe(bg, context.DeadlineExceeded)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Duration(slow) / 2):
+		t.Fatal("the settlement still waits for room with Redis lost")
+	}
+	if n := s.dropped.Load(); n != 1 {
+		t.Fatalf("%d dropped, want 1", n)
+	}
+}

@@ -296,6 +296,10 @@ func (s *redisStore) observe(ctx context.Context, err error) {
 	s.logger.Warn("redis lost", zap.String("error_class", class), zap.Error(err))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A settlement waiting for room in a full queue now drops instead
+	// (see full): no flush will take the queue until the probe sees Redis
+	// again, and its request must not wait out the outage.
+	s.space.Broadcast()
 	if !s.closed {
 		s.wg.Add(1)
 		go s.probe()
