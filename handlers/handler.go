@@ -242,7 +242,7 @@ func (h *Handler) releaseShared() error {
 	}
 	if h.limiter != nil {
 		_ = h.limiter.Close()
-		retireLimiter(h.limiter)
+		liveLimiters.Delete(h.limiter)
 	}
 	if h.release != nil {
 		return h.release()

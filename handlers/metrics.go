@@ -259,29 +259,11 @@ var (
 // the old config's and the new one's), read at scrape time.
 var liveLimiters sync.Map // *limits.Limiter -> struct{}
 
-// retiredLimiters holds the final counts of the limiters released so far,
-// so that the counters keep counting across reloads. Its lock makes moving
-// a limiter from live to retired one step for a scrape.
-var retiredLimiters struct {
-	sync.Mutex
-	limits.Stats
-}
-
-// retireLimiter moves a closed limiter's counts from live to retired.
-func retireLimiter(l *limits.Limiter) {
-	st := l.Stats()
-	retiredLimiters.Lock()
-	defer retiredLimiters.Unlock()
-	liveLimiters.Delete(l)
-	r := &retiredLimiters.Stats
-	r.LeasesTaken += st.LeasesTaken
-	r.SettlementsDropped += st.SettlementsDropped
-	r.SettlementsUnanswered += st.SettlementsUnanswered
-}
-
 // limiterCollector reports the limiters' metrics: systemone_redis_up is 0
-// when any live limiter counts its Redis as lost; the counters add up the
-// live and the retired limiters. All are absent when no limiter uses Redis.
+// when any live limiter counts its Redis as lost; the counters are the
+// process's (limits.ProcessStats), so they keep counting across reloads,
+// what a released limiter still sends or drops included. All are absent
+// while no limiter has used Redis.
 type limiterCollector struct{}
 
 func (limiterCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -292,25 +274,17 @@ func (limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	up, used := 1.0, false
-	retiredLimiters.Lock()
-	total := retiredLimiters.Stats
 	liveLimiters.Range(func(k, _ any) bool {
-		l := k.(*limits.Limiter)
-		ok, uses := l.RedisUp()
-		if !uses {
-			return true
+		ok, uses := k.(*limits.Limiter).RedisUp()
+		if uses {
+			used = true
+			if !ok {
+				up = 0
+			}
 		}
-		used = true
-		if !ok {
-			up = 0
-		}
-		st := l.Stats()
-		total.LeasesTaken += st.LeasesTaken
-		total.SettlementsDropped += st.SettlementsDropped
-		total.SettlementsUnanswered += st.SettlementsUnanswered
 		return true
 	})
-	retiredLimiters.Unlock()
+	total := limits.ProcessStats()
 	if !used && total == (limits.Stats{}) {
 		return
 	}

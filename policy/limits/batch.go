@@ -224,8 +224,11 @@ func (s *redisStore) pipeline(node *redis.Client, calls []*scriptCall) {
 var errNotSent = errors.New("redis script not sent")
 
 // notSent tells whether err means the command never reached Redis: no
-// connection could be had, or the call left the queue before its pipeline
-// was written. Only such a settlement or lease give-back is queued again.
+// connection could be had (the client closed included: a reload released
+// it before a late settlement of the old config), or the call left the
+// queue before its pipeline was written. Only such a settlement or lease
+// give-back is queued again, or, by a closed limiter, counted as dropped.
 func notSent(err error) bool {
-	return errors.Is(err, errNotSent) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+	return errors.Is(err, errNotSent) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrClosed)
 }

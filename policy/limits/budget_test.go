@@ -710,3 +710,29 @@ func TestRedisSettlementAbandonedAtCloseIsCounted(t *testing.T) {
 		t.Errorf("no warning: %v", logs.AllUntimed())
 	}
 }
+
+// A request that settles through a released limiter after the reload also
+// closed its Redis client never reaches Redis: its settlement counts as
+// dropped (not as sent and unanswered), in the limiter's counts and in the
+// process's, which the metrics read after the limiter is gone.
+func TestRedisSettleAfterClientClosedIsCountedDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := budgetConfig(PerDay, "")
+	cfg.StoreTimeout = slow
+	l, logs := newLimiter(t, cfg, nil, false, onRedis(srv.URL()))
+	d := mustAllow(t, l.Admit(bg, "acme", 1000))
+	_ = l.Close()
+	_ = universal(l).Close() // what the handler's release does next
+	before := ProcessStats()
+	l.Settle(d, 2000)
+	if st := l.Stats(); st.SettlementsDropped != 1 || st.SettlementsUnanswered != 0 {
+		t.Errorf("stats %+v, want the settlement dropped", st)
+	}
+	after := ProcessStats()
+	if after.SettlementsDropped-before.SettlementsDropped != 1 || after.SettlementsUnanswered != before.SettlementsUnanswered {
+		t.Errorf("process stats %+v, then %+v: want one more dropped", before, after)
+	}
+	if logs.FilterMessage("redis unavailable as the limiter closed; settlements dropped").Len() != 1 {
+		t.Errorf("no warning: %v", logs.AllUntimed())
+	}
+}

@@ -252,7 +252,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 			e.seq++
 		}
 		if g.req > 0 || g.tok > 0 {
-			ls.taken.Add(1)
+			ls.countTaken()
 		}
 		e.refused = g.rwait > 0 || g.twait > 0
 		final = true
@@ -266,7 +266,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 // with e.mu held.
 func (ls *leases) lostBack(e *leaseEntry, org string, lim orgLimits, rback, tback int64, err error) {
 	if !notSent(err) {
-		ls.s.lostAnswers.Add(1)
+		ls.s.countUnanswered(1)
 		if ce := ls.s.logger.Check(zap.DebugLevel, "redis lease answer lost; its give-back is not sent again"); ce != nil {
 			ce.Write(zap.Error(err))
 		}

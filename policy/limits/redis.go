@@ -457,7 +457,7 @@ func (s *redisStore) unlockAndSend() {
 func (s *redisStore) full() bool {
 	for len(s.settles)+len(s.holds) >= s.maxPending && !s.closed {
 		if s.lost.Load() {
-			s.dropped.Add(1)
+			s.countDropped(1)
 			if !s.dropping {
 				s.dropping = true
 				s.logger.Warn("redis lost and its settlement queue full; dropping settlements", zap.Int("pending", len(s.settles)+len(s.holds)))
@@ -651,7 +651,7 @@ func (s *redisStore) flush() {
 	s.mu.Unlock()
 	s.abandon(abandoned)
 	if lost > 0 {
-		s.lostAnswers.Add(lost)
+		s.countUnanswered(lost)
 		if ce := s.logger.Check(zap.WarnLevel, "redis settlements lost; not sent again"); ce != nil {
 			ce.Write(zap.Int64("count", lost))
 		}
@@ -664,7 +664,7 @@ func (s *redisStore) abandon(n int) {
 	if n == 0 {
 		return
 	}
-	s.dropped.Add(int64(n))
+	s.countDropped(int64(n))
 	s.logger.Warn("redis unavailable as the limiter closed; settlements dropped", zap.Int("count", n))
 }
 
