@@ -42,8 +42,10 @@ func (g *Gate) Enter() bool {
 	return g.state.Add(1)&released == 0
 }
 
-// Exit counts a request out; the last one out of a retired gate runs its
-// release, on its own goroutine, before Exit returns.
+// Exit counts a request out; the last one out of a retired gate starts
+// its release on a goroutine of its own: the release may wait on Redis (a
+// final flush) or the review queue, and the request's response is not
+// finished until its handler returns.
 func (g *Gate) Exit() {
 	if g == nil {
 		return
@@ -57,15 +59,16 @@ func (g *Gate) Exit() {
 		}
 		if g.state.CompareAndSwap(v, n) {
 			if last {
-				g.release()
+				go g.release()
 			}
 			return
 		}
 	}
 }
 
-// Retire hands the gate the release of what its requests use: it runs now
-// if no request is in flight, else when the last one exits. Call it once,
+// Retire hands the gate the release of what its requests use: it runs now,
+// before Retire returns, if no request is in flight, else when the last
+// one exits. Call it once,
 // from Cleanup; a second call does nothing.
 func (g *Gate) Retire(release func()) {
 	if g == nil {

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestRetireWithNothingInFlightReleasesAtOnce(t *testing.T) {
@@ -24,14 +25,14 @@ func TestRetireWithNothingInFlightReleasesAtOnce(t *testing.T) {
 
 func TestTheLastRequestOutReleases(t *testing.T) {
 	var g Gate
-	released := 0
+	released := make(chan struct{}, 2)
 	for range 2 {
 		if !g.Enter() {
 			t.Fatal("a live gate refused its resources")
 		}
 	}
-	g.Retire(func() { released++ })
-	if released != 0 {
+	g.Retire(func() { released <- struct{}{} })
+	if len(released) != 0 {
 		t.Fatal("released with two requests in flight")
 	}
 	if !g.Enter() {
@@ -39,13 +40,42 @@ func TestTheLastRequestOutReleases(t *testing.T) {
 	}
 	g.Exit()
 	g.Exit()
-	if released != 0 {
+	if len(released) != 0 {
 		t.Fatal("released with one request in flight")
 	}
 	g.Exit()
-	if released != 1 {
-		t.Fatalf("released %d times once the last request left, want 1", released)
+	<-released // on a goroutine of its own: the test's timeout bounds the wait
+	if g.Enter() {
+		t.Error("a request after the release was told its resources are held")
 	}
+	g.Exit()
+	if len(released) != 0 {
+		t.Fatal("released twice")
+	}
+}
+
+// The last request out does not wait for the release (a final flush to a
+// slow Redis): its response is finished when its handler returns.
+func TestTheLastExitDoesNotWaitForTheRelease(t *testing.T) {
+	var g Gate
+	g.Enter()
+	unblock, ran := make(chan struct{}), make(chan struct{})
+	g.Retire(func() {
+		<-unblock
+		close(ran)
+	})
+	exited := make(chan struct{})
+	go func() {
+		g.Exit()
+		close(exited)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second): // only when it fails
+		t.Fatal("the last Exit waits for the release")
+	}
+	close(unblock)
+	<-ran
 }
 
 // Under concurrent requests the release runs once, after every request
@@ -78,13 +108,16 @@ func TestReleaseRunsOnceAfterEveryHeldRequest(t *testing.T) {
 			}()
 		}
 		close(start)
+		done := make(chan struct{}, 2)
 		g.Retire(func() {
 			if inside.Load() != 0 {
 				early.Store(true)
 			}
 			releases.Add(1)
+			done <- struct{}{}
 		})
 		wg.Wait()
+		<-done // at once, or on the last request's own goroutine
 		if n := releases.Load(); n != 1 {
 			t.Fatalf("released %d times, want 1", n)
 		}
