@@ -308,3 +308,20 @@ func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 		t.Fatalf("%d dropped, want 1", n)
 	}
 }
+
+// noNodes is a Redis client for which no node can be found for a key.
+type noNodes struct{ redis.Scripter }
+
+func (noNodes) Ping(ctx context.Context) *redis.StatusCmd { return redis.NewStatusCmd(ctx) }
+
+// TestRedisCallWithoutANodeIsNotSent: a call for which no node could be
+// found (a cluster whose slot map cannot be loaded) wrote nothing, and its
+// error says so, so that a lease's give-back riding on it is queued again
+// rather than counted lost.
+func TestRedisCallWithoutANodeIsNotSent(t *testing.T) {
+	s := &redisStore{client: noNodes{}, timeout: time.Duration(slow)}
+	_, err := s.run(bg, holdScript, []string{"k"}, "", 1)
+	if err == nil || !notSent(err) {
+		t.Fatalf("error %v: want one that says not sent", err)
+	}
+}

@@ -175,7 +175,9 @@ func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []strin
 	defer cancel()
 	node, err := redispool.ForKey(ctx, s.client, keys[0])
 	if err != nil {
-		return nil, err
+		// No node, nothing written (a lease's give-back riding on the
+		// call is queued again, not counted lost).
+		return nil, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	return s.batcher(node).do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args})
 }
