@@ -395,7 +395,9 @@ func (x *exchange) refuse(w http.ResponseWriter, a answer) error {
 }
 
 // setHeaders adds the rate-limit, budget and guardrails headers the
-// exchange has.
+// exchange has. The guardrails headers go on every forwarded request's
+// answer: the upstream's, or the gateway's when the upstream failed; not
+// on a refusal.
 func (x *exchange) setHeaders(h http.Header) {
 	if x.limits != nil {
 		x.limits.SetHeaders(h)
@@ -403,7 +405,7 @@ func (x *exchange) setHeaders(h http.Header) {
 		// parallel verdict kept from the client).
 		x.limits.Budget.SetHeaders(h, x.limits.Cost(x.billedTokens()))
 	}
-	if x.verdict != nil && x.reject == "" {
+	if x.verdict != nil && (x.reject == "" || x.reject == rejectUpstreamError) {
 		x.verdict.SetHeaders(h)
 	}
 }

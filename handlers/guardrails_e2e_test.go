@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -171,6 +172,24 @@ func TestGuardrailsFailure(t *testing.T) {
 			}
 			if mode == "block" && eval.Calls() != 0 {
 				t.Error("a request went upstream unchecked with on_error block")
+			}
+		})
+	}
+}
+
+// A request that passed the check was forwarded: when the upstream then
+// fails, the gateway's 502 still says what the check decided.
+func TestGuardrailsHeadersOnUpstreamFailure(t *testing.T) {
+	guard := newSimulator(t, simulator.Handler{})
+	dead := fmt.Sprintf("127.0.0.1:%d", gatewaytest.FreePort(t)) // nothing listens
+	for _, mode := range []string{"sequential", "parallel"} {
+		t.Run(mode, func(t *testing.T) {
+			sites, url := site(t, dead, guardrailsBlock(guard.URL, "\t\t\tmode "+mode+"\n"))
+			gatewaytest.Load(t, sites)
+			resp, body := post(t, url, "k", stateBody("The parcel was late."))
+			if resp.StatusCode != 502 || resp.Header.Get("X-Gateway-Reject") != "upstream_error" ||
+				resp.Header.Get("X-Guardrails-Risk") != "none" || resp.Header.Get("X-Guardrails-Action") != "pass" {
+				t.Errorf("%d %s %v", resp.StatusCode, body, resp.Header)
 			}
 		})
 	}
