@@ -133,6 +133,16 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, nil
 }
 
+// limitRejected counts a request the limiter refused (an evaluation or
+// any other request), by the bucket that refused it.
+func (m *metrics) limitRejected(d limits.Decision, org string) {
+	bucket := d.Bucket
+	if d.Unavailable {
+		bucket = "unavailable"
+	}
+	m.limitRejections.WithLabelValues(bucket, org).Inc()
+}
+
 // observe counts one finished evaluation request.
 func (m *metrics) observe(x *exchange, org string) {
 	outcome := "forwarded"
@@ -148,10 +158,8 @@ func (m *metrics) observe(x *exchange, org string) {
 		m.guardrails.WithLabelValues(v.Risk, v.Action, org).Inc()
 	}
 	switch x.reject {
-	case rejectRateLimited, rejectBudgetExceeded:
-		m.limitRejections.WithLabelValues(x.limits.Bucket, org).Inc()
-	case rejectLimiterDown:
-		m.limitRejections.WithLabelValues("unavailable", org).Inc()
+	case rejectRateLimited, rejectBudgetExceeded, rejectLimiterDown:
+		m.limitRejected(*x.limits, org)
 	}
 	if x.hasUsage {
 		m.inputTokens.WithLabelValues(org).Add(float64(x.usage))

@@ -30,7 +30,14 @@ func TestMetricsScrape(t *testing.T) {
 	post(t, url, key, `{"state":"s"}`)                           // invalid, counted as a request
 	post(t, url, key, smallBody)                                 // forwarded
 	post(t, url, key, smallBody)                                 // rate limited
-	post(t, url, "metrics-test-unnamed", smallBody)              // an org the config does not name
+	models, _ := http.NewRequest(http.MethodGet, url+"/v1/models", nil)
+	models.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(models); err != nil || resp.StatusCode != 429 {
+		t.Fatalf("GET /v1/models over the limit: %v %v", resp, err)
+	} else {
+		resp.Body.Close() // another request the limiter refused
+	}
+	post(t, url, "metrics-test-unnamed", smallBody) // an org the config does not name
 
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	if err != nil {
@@ -44,7 +51,7 @@ func TestMetricsScrape(t *testing.T) {
 		`systemone_requests_total{org="%[1]s",outcome="guardrails_blocked",route="",status="400"} 1`,
 		`systemone_requests_total{org="%[1]s",outcome="invalid_request",route="",status="422"} 1`,
 		`systemone_requests_total{org="%[1]s",outcome="rate_limited",route="",status="429"} 1`,
-		`systemone_limit_rejections_total{bucket="requests",org="%[1]s"} 1`,
+		`systemone_limit_rejections_total{bucket="requests",org="%[1]s"} 2`,
 		`systemone_guardrails_verdicts_total{action="block",org="%[1]s",risk="high"} 1`,
 		`systemone_guardrails_verdicts_total{action="pass",org="%[1]s",risk="none"} 2`,
 		`systemone_input_tokens_total{org="%[1]s"} 38`,
