@@ -633,3 +633,29 @@ func TestRedisKeysExpire(t *testing.T) {
 		t.Fatalf("hold PTTL %s, want at most 3001ms", reply)
 	}
 }
+
+// TestRedisClockBehindRefillsNothingTwice: a script whose clock is behind
+// the time a bucket was last written at (a replica's clock after a
+// failover; in tests, a pinned clock read before another script ran)
+// refills nothing, and leaves the bucket's time where it was: otherwise
+// the next script would refill that span a second time.
+func TestRedisClockBehindRefillsNothingTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(10), TokenBurst: i64(1000), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
+	l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
+	t0 := clk.now()
+	mustAllow(t, l.Admit(bg, "acme", 1000)) // empty at t0
+	clk.set(t0.Add(10 * time.Second))
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Tokens.Remaining != 99 {
+		t.Fatalf("remaining %d after 10s, want 99", d.Tokens.Remaining)
+	}
+	clk.set(t0.Add(5 * time.Second)) // behind the bucket's time
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Tokens.Remaining != 98 {
+		t.Fatalf("remaining %d with the clock behind, want 98: nothing refilled", d.Tokens.Remaining)
+	}
+	clk.set(t0.Add(10 * time.Second))
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Tokens.Remaining != 97 {
+		t.Fatalf("remaining %d back at 10s, want 97: the span from 5s to 10s was refilled twice", d.Tokens.Remaining)
+	}
+}

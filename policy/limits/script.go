@@ -50,12 +50,23 @@ local function expire()
   local ttl = math.max(fullin(r, rcap, rrate), fullin(t, tcap, trate))
   redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) + 1)
 end
+-- since is the time a save records for a level last written at at: now,
+-- never earlier than at. A script whose clock is behind the one that
+-- wrote the level (a replica's after a failover, or a pinned clock a test
+-- read before another script ran) refills nothing and must not move the
+-- level's time back either, or the next script would refill that span a
+-- second time.
+local function since(at)
+  at = tonumber(at)
+  if at and at > now then return at end
+  return now
+end
 -- save writes the levels of the buckets asked for (r, t) as of now, and
 -- the key's expiry.
 local function save(wr, wt)
   local f = {}
-  if wr then f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(now) end
-  if wt then f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(now) end
+  if wr then f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(since(s[2])) end
+  if wt then f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(since(s[4])) end
   redis.call('HSET', KEYS[1], unpack(f))
   expire()
 end
