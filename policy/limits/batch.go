@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -84,10 +85,15 @@ func (s *redisStore) batcher(node *redis.Client) *nodeBatcher {
 	return b.(*nodeBatcher)
 }
 
-// do runs c in the node's next pipeline and waits for its answer until ctx
-// ends. A call that ctx ends before it was written is taken off the queue:
-// it never runs. One that was written may have run; its answer is dropped.
-func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
+// do runs c in the node's next pipeline and waits for its answer, at most
+// timeout in the queue (its pipeline is bounded by store_timeout again),
+// and no longer than ctx lasts. A call whose wait ends before it was
+// written is taken off the queue: it never runs. One that was written may
+// have run; its answer is dropped. The timeout is a timer of the call's
+// own, started only when it has to wait, not a context derived from ctx:
+// that would register with the request's context and leave it on every
+// admission, which the profile showed costing more than the timer.
+func (b *nodeBatcher) do(ctx context.Context, c *scriptCall, timeout time.Duration) (any, error) {
 	c.wake = make(chan struct{}, 1)
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
@@ -102,9 +108,17 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 		return c.res, c.err
 	}
 	b.mu.Unlock()
+	wait := time.NewTimer(timeout)
+	defer wait.Stop()
+	var cause error
 	select {
 	case <-c.wake:
 	case <-ctx.Done():
+		cause = ctx.Err()
+	case <-wait.C:
+		cause = context.DeadlineExceeded
+	}
+	if cause != nil {
 		b.mu.Lock()
 		st := c.state
 		if st != sent {
@@ -118,9 +132,9 @@ func (b *nodeBatcher) do(ctx context.Context, c *scriptCall) (any, error) {
 		}
 		if st != sent {
 			// Taken off the queue: it never ran (notSent says so).
-			return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", errNotSent, cause)
 		}
-		return nil, ctx.Err()
+		return nil, cause
 	}
 	b.mu.Lock()
 	st := c.state

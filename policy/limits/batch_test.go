@@ -253,7 +253,7 @@ func TestRedisCallTakenOffTheQueueIsNotSent(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	got := make(chan error)
 	go func() {
-		_, err := b.do(ctx, &scriptCall{node: l.redis.client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}})
+		_, err := b.do(ctx, &scriptCall{node: l.redis.client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}}, time.Duration(slow))
 		got <- err
 	}()
 	waitPending(b, 1)

@@ -168,18 +168,29 @@ func (s *redisStore) clockArg() string {
 }
 
 // run sends one script to the node that owns keys[0], in that node's next
-// pipeline (see nodeBatcher), and waits for its answer at most
-// store_timeout. It is never sent twice.
+// pipeline (see nodeBatcher), and waits for its answer: at most
+// store_timeout for a pipeline to take it, and store_timeout for that
+// pipeline. It is never sent twice.
 func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	node, err := redispool.ForKey(ctx, s.client, keys[0])
+	node, err := s.node(ctx, keys[0])
 	if err != nil {
 		// No node, nothing written (a lease's give-back riding on the
 		// call is queued again, not counted lost).
 		return nil, fmt.Errorf("%w: %w", errNotSent, err)
 	}
-	return s.batcher(node).do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args})
+	return s.batcher(node).do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args}, s.timeout)
+}
+
+// node returns the client of the node that owns key: the one server's, or
+// a cluster node's from the slot map, whose loading is bounded by
+// store_timeout.
+func (s *redisStore) node(ctx context.Context, key string) (*redis.Client, error) {
+	if c, ok := s.client.(*redis.Client); ok {
+		return c, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return redispool.ForKey(ctx, s.client, key)
 }
 
 // admit runs c against Redis; localHold is the hold this instance knows of
