@@ -627,6 +627,13 @@ func TestRedisKeysExpire(t *testing.T) {
 	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 0 || ms > 1001 {
 		t.Fatalf("bucket PTTL %s, want at most 1001ms", reply)
 	}
+	// Full again within a millisecond, and kept a second all the same: a
+	// pinned clock does not move with Redis's.
+	mustAllow(t, l.Admit(bg, "brief", 1))
+	reply, _ = srv.Do("PTTL", "ttl:{brief}:b")
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms < 900 || ms > 1000 {
+		t.Fatalf("bucket PTTL %s, want a second", reply)
+	}
 	hold(l, "acme", 3*time.Second)
 	reply, _ = srv.Do("PTTL", "ttl:{acme}:h")
 	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 1000 || ms > 3001 {

@@ -46,9 +46,13 @@ local s = redis.call('HMGET', KEYS[1], 'r', 'ra', 't', 'ta')
 local r, t = 0, 0
 if rcap > 0 then r = refill(s[1], s[2], rcap, rrate, now) end
 if tcap > 0 then t = refill(s[3], s[4], tcap, trate, now) end
+-- expire keeps the key until both buckets are full again, when a missing
+-- key reads the same, and at least a second: Redis expires by its own
+-- clock, and a clock the caller pins (tests) does not move with it, so a
+-- key must not vanish between two calls made at one pinned time.
 local function expire()
   local ttl = math.max(fullin(r, rcap, rrate), fullin(t, tcap, trate))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) + 1)
+  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil(ttl / 1000) + 1, 1000))
 end
 -- since is the time a save records for a level last written at at: now,
 -- never earlier than at. A script whose clock is behind the one that
