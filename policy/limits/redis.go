@@ -181,15 +181,16 @@ func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []strin
 	return s.batcher(node).do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args}, s.timeout)
 }
 
-// node returns the client of the node that owns key: the one server's, or
-// a cluster node's from the slot map, whose loading is bounded by
-// store_timeout.
+// node returns the client of the node that owns key (redispool.ForKey). A
+// cluster's lookup may load the slot map, which store_timeout bounds; a
+// single server's is the client itself, with no deadline to pay for on
+// every admission.
 func (s *redisStore) node(ctx context.Context, key string) (*redis.Client, error) {
-	if c, ok := s.client.(*redis.Client); ok {
-		return c, nil
+	if _, cluster := s.client.(*redis.ClusterClient); cluster {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	return redispool.ForKey(ctx, s.client, key)
 }
 
@@ -604,7 +605,7 @@ func (s *redisStore) flush() {
 	byNode := make(map[string][]*scriptCall)
 	var nodes []string
 	for _, c := range calls {
-		node, err := redispool.ForKey(ctx, s.client, c.keys[0])
+		node, err := s.node(ctx, c.keys[0])
 		if err != nil {
 			continue // not sent: queued again below
 		}
