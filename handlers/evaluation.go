@@ -294,22 +294,6 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 	}
 }
 
-// limitAnswer is the answer for a refused admission, if it was refused.
-func limitAnswer(d limits.Decision) (answer, bool) {
-	switch {
-	case d.Unavailable:
-		return answer{status: http.StatusServiceUnavailable, reason: rejectLimiterDown, body: []byte(bodyLimiterDown), retryAfter: defaultRetryAfterShort}, true
-	case d.Allowed:
-	case d.Bucket == limits.BucketBudget:
-		// Final until the period resets (X-Budget-Reset says when): no
-		// retry-after, as the upstream's own 402 has none.
-		return answer{status: http.StatusPaymentRequired, reason: rejectBudgetExceeded, body: detailBody(d.Message)}, true
-	default:
-		return answer{status: http.StatusTooManyRequests, reason: rejectRateLimited, body: detailBody(d.Message), retryAfter: d.RetryAfter}, true
-	}
-	return answer{}, false
-}
-
 // errorStatus is the status Caddy will answer for an error from next.
 func errorStatus(err error) int {
 	var he caddyhttp.HandlerError

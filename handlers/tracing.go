@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/systemone/systemone-gateway/policy/guardrails"
-	"github.com/systemone/systemone-gateway/policy/limits"
 )
 
 // The spans the handler adds, as children of the server span that Caddy's
@@ -75,49 +74,6 @@ const (
 	attrResponseBytes    = "systemone.response.bytes"
 	attrResponseRead     = "systemone.response.readable"
 )
-
-// Kinds of admission, in systemone.limits.kind.
-const (
-	admitEvaluation = "evaluation" // both buckets: a request to be forwarded
-	admitRequest    = "request"    // the requests bucket only
-)
-
-// admit runs the request's one admission inside a SpanAdmission span:
-// Admit, with its estimated tokens, for an evaluation to be forwarded; else
-// AdmitRequest.
-func (h *Handler) admit(ctx context.Context, org string, forward bool, estimated int64) limits.Decision {
-	ctx, span := startSpan(ctx, SpanAdmission)
-	defer span.End()
-	var d limits.Decision
-	kind := admitRequest
-	if forward {
-		kind = admitEvaluation
-		d = h.limiter.Admit(ctx, org, estimated)
-	} else {
-		d = h.limiter.AdmitRequest(ctx, org)
-	}
-	if !span.IsRecording() {
-		return d
-	}
-	attrs := []attribute.KeyValue{attribute.String(attrLimitsKind, kind), attribute.Bool(attrLimitsAllowed, d.Allowed)}
-	if !d.Allowed && d.Bucket != "" {
-		attrs = append(attrs, attribute.String(attrLimitsBucket, d.Bucket))
-	}
-	if d.Requests.Limit > 0 && d.Requests.Remaining >= 0 {
-		attrs = append(attrs, attribute.Int64(attrLimitsRequests, d.Requests.Remaining))
-	}
-	if d.Tokens.Limit > 0 && d.Tokens.Remaining >= 0 {
-		attrs = append(attrs, attribute.Int64(attrLimitsTokens, d.Tokens.Remaining))
-	}
-	if d.Charged > 0 {
-		attrs = append(attrs, attribute.Int64(attrLimitsCharged, d.Charged))
-	}
-	span.SetAttributes(attrs...)
-	if d.Unavailable {
-		span.SetStatus(codes.Error, "rate limiter unavailable")
-	}
-	return d
-}
 
 // endGuardrails ends a SpanGuardrails span with its verdict. A failed check
 // is an error span whose description names the kind of failure only.
