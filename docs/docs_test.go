@@ -562,10 +562,20 @@ func TestShellExamples(t *testing.T) {
 		switch {
 		case c == gatewayCommand+" run" || c == "systemone-gateway run" || first == "bash":
 			continue
-		case first == "curl", first == "promtool", first == "systemone-gateway", strings.HasPrefix(c, gatewayCommand+" "):
+		case first == "curl", first == "promtool", first == "cd", first == "systemone-gateway", strings.HasPrefix(c, gatewayCommand+" "):
 		default:
 			t.Errorf("%s: the test does not know how to run %q: make it runnable or mark the block illustrative", where[i], c)
 			continue
+		}
+		if first == "promtool" || strings.Contains(c, "&& promtool ") {
+			if _, err := exec.LookPath("promtool"); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Errorf("%s: promtool is not installed; CI installs it with `apt-get install prometheus` (see .ci/run)", where[i])
+				} else {
+					t.Logf("SKIPPED %s: %q: promtool is not installed (apt-get install prometheus); with CI=true this is a failure", where[i], c)
+				}
+				continue
+			}
 		}
 		ran++
 		line := g.ports.Replace(strings.ReplaceAll(c, gatewayCommand, "systemone-gateway"))
@@ -578,6 +588,11 @@ func TestShellExamples(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %s: %v\n%s", where[i], line, err, out)
 			continue
+		}
+		// The metrics site serves the gateway's own metrics, the requests
+		// of the examples before it counted.
+		if strings.HasSuffix(line, "/metrics") && !bytes.Contains(out, []byte("systemone_requests_total{")) {
+			t.Errorf("%s: %s: no systemone_requests_total in the metrics", where[i], line)
 		}
 		for _, m := range statusLine.FindAllSubmatch(out, -1) {
 			if m[1][0] == '5' {
