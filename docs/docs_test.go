@@ -12,11 +12,13 @@
 //	```caddyfile in-systemone  the inside of a systemone directive, adapted in one
 //	```caddyfile append        a whole Caddyfile, adapted, and appended to the root
 //	                           Caddyfile for the shell examples' gateway
+//	```caddyfile serve         a whole Caddyfile, adapted, and served by the next
+//	                           `... run --config <file>` of the shell examples
 //	```sh, ```console          commands (console: the lines after "$ ") run by the
 //	                           test: curl against the gateway, promtool,
 //	                           systemone-gateway subcommands; `bash <file>` is
-//	                           syntax-checked; starting the gateway is what the
-//	                           test does first
+//	                           syntax-checked; `... run [--config <file>]` starts
+//	                           the gateway the next commands run against
 //	```<lang> illustrative     shown, not run: it needs what a test cannot have
 package docs
 
@@ -33,6 +35,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +48,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/systemone/systemone-gateway"
+	"github.com/systemone/systemone-gateway/internal/redistest"
 )
 
 // root is the repository, relative to this package.
@@ -147,8 +151,8 @@ func caddyfileOf(b block) (string, error) {
 		return ":8080 {\n\tsystemone {\n" + b.text + "\t}\n\treverse_proxy 127.0.0.1:9080\n}\n", nil
 	}
 	for _, tag := range b.tags {
-		if tag != "append" {
-			return "", fmt.Errorf("unknown tag %q for a caddyfile block (want in-site, in-systemone or append)", tag)
+		if tag != "append" && tag != "serve" {
+			return "", fmt.Errorf("unknown tag %q for a caddyfile block (want in-site, in-systemone, append or serve)", tag)
 		}
 	}
 	return b.text, nil
@@ -431,21 +435,28 @@ func commands(b block) []string {
 	return out
 }
 
-// The documented ports and the free ones the test's gateway uses instead.
+// The documented ports, replaced by free ones in the configs the test
+// serves and the commands it runs; 6379, Redis's, by the test's
+// redis-server.
 var documentedPorts = []string{"8080", "9080", "2019", "9180"}
 
 const gatewayCommand = "go run ./cmd/systemone-gateway"
 
-// gateway is the binary, run as the README runs it, on free ports.
-type gateway struct {
+// runCommand matches the command that starts the gateway: environment
+// assignments, the command, and the config it names, if any.
+var runCommand = regexp.MustCompile(`^((?:[A-Z_]+=\S+ )*)(?:go run \./cmd/systemone-gateway|systemone-gateway) run(?: --config (\S+))?$`)
+
+// shell runs the shell examples: it builds the binary once, serves the
+// configs the examples start, and runs their commands against them.
+type shell struct {
+	t     *testing.T
+	dir   string
 	bin   string
 	ports *strings.Replacer
+	stop  func() // the running gateway's
 }
 
-// startGateway builds the binary and runs `systemone-gateway run` in a
-// directory holding the root Caddyfile, with the blocks marked `append`
-// added, and every documented port replaced by a free one.
-func startGateway(t *testing.T, appended []string) *gateway {
+func newShell(t *testing.T) *shell {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin", "systemone-gateway")
@@ -454,30 +465,56 @@ func startGateway(t *testing.T, appended []string) *gateway {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	var pairs []string
+	pairs := []string{}
 	for _, p := range documentedPorts {
 		pairs = append(pairs, ":"+p, fmt.Sprintf(":%d", freePort(t)))
 	}
-	g := &gateway{bin: bin, ports: strings.NewReplacer(pairs...)}
-	cfg := read(t, "Caddyfile") + "\n" + strings.Join(appended, "\n")
-	runDir := filepath.Join(dir, "run")
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
+	_, redisPort, _ := strings.Cut(redistest.Start(t).Addr, ":")
+	pairs = append(pairs, ":6379", ":"+redisPort)
+	sh := &shell{t: t, dir: dir, bin: bin, ports: strings.NewReplacer(pairs...)}
+	t.Cleanup(func() {
+		if sh.stop != nil {
+			sh.stop()
+		}
+	})
+	return sh
+}
+
+// serve stops the running gateway, if any, and runs the binary on config
+// (written to file in a directory of its own) with env added, as the
+// documented command does, every documented port replaced.
+func (sh *shell) serve(config, file string, env []string) {
+	t := sh.t
+	t.Helper()
+	if sh.stop != nil {
+		sh.stop()
+		sh.stop = nil
+	}
+	runDir, err := os.MkdirTemp(sh.dir, "run")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(runDir, "Caddyfile"), []byte(g.ports.Replace(cfg)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(runDir, file), []byte(sh.ports.Replace(config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run")
+	args := []string{"run"}
+	if file != "Caddyfile" {
+		args = append(args, "--config", file)
+	}
+	cmd := exec.Command(sh.bin, args...)
 	cmd.Dir = runDir
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
-	var output bytes.Buffer
+	cmd.Env = append(os.Environ(), "HOME="+runDir, "XDG_CONFIG_HOME="+runDir, "XDG_DATA_HOME="+runDir)
+	for _, e := range env {
+		cmd.Env = append(cmd.Env, sh.ports.Replace(e))
+	}
+	var output lockedBuffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	sh.stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -486,16 +523,16 @@ func startGateway(t *testing.T, appended []string) *gateway {
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("gateway output:\n%s", output.String())
+			t.Logf("gateway output (%s):\n%s", file, output.String())
 		}
-	})
-	addr := g.ports.Replace("127.0.0.1:8080")
+	}
+	addr := sh.ports.Replace("127.0.0.1:8080")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return g
+			return
 		}
 		select {
 		case <-exited:
@@ -506,6 +543,24 @@ func startGateway(t *testing.T, appended []string) *gateway {
 			t.Fatalf("the gateway does not listen on %s within 30s:\n%s", addr, output.String())
 		}
 	}
+}
+
+// lockedBuffer collects a process's output.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func freePort(t *testing.T) int {
@@ -521,89 +576,141 @@ func freePort(t *testing.T) int {
 // statusLine matches the status lines curl -i prints.
 var statusLine = regexp.MustCompile(`(?m)^HTTP/[0-9.]+ ([0-9]{3})`)
 
-// Every shell example runs: the gateway as the README starts it, then each
-// command against it. Blocks marked illustrative are left out; any other
-// command the test does not know how to run is a failure, so that a new
-// example is either run or marked.
+// runnable reports whether the test knows how to run a command: the
+// programs it has (an assignment from a command substitution counts as
+// the command).
+func runnable(c string) bool {
+	if i := strings.Index(c, "=$("); i > 0 && !strings.ContainsAny(c[:i], " ") {
+		c = c[i+3:]
+	}
+	first := strings.Fields(c)[0]
+	switch first {
+	case "curl", "promtool", "cd", "systemone-gateway":
+		return true
+	}
+	return strings.HasPrefix(c, gatewayCommand+" ")
+}
+
+// Every shell example runs. The first command that starts the gateway
+// (`go run ./cmd/systemone-gateway run`) serves the root Caddyfile, with the
+// caddyfile blocks marked `append` added; a block marked `serve` is what
+// the next `... run --config <file>` serves. Every other command of a
+// block runs, as one bash script per block, against the gateway started
+// last. Blocks marked illustrative are left out; any other command the
+// test does not know how to run is a failure, so that a new example is
+// either run or marked.
 func TestShellExamples(t *testing.T) {
-	var shell, appended []string
-	var where []block
-	for _, b := range allBlocks(t) {
-		switch {
-		case b.has("illustrative"):
-		case b.lang == "caddyfile" && b.has("append"):
+	all := allBlocks(t)
+	var appended []string
+	for _, b := range all {
+		if b.lang == "caddyfile" && b.has("append") && !b.has("illustrative") {
 			appended = append(appended, b.text)
-		case b.lang == "sh" || b.lang == "console" || b.lang == "bash":
-			for _, c := range commands(b) {
-				shell = append(shell, c)
-				where = append(where, b)
-			}
 		}
 	}
-	started := false
-	for i, c := range shell {
-		switch {
-		case c == gatewayCommand+" run" || c == "systemone-gateway run":
-			started = true
-		case strings.HasPrefix(c, "bash "):
-			file := strings.TrimPrefix(c, "bash ")
-			if out, err := exec.Command("bash", "-n", filepath.Join(root, file)).CombinedOutput(); err != nil {
-				t.Errorf("%s: bash -n %s: %v\n%s", where[i], file, err, out)
-			}
-		}
-	}
-	if !started {
-		t.Fatalf("no shell example starts the gateway with `%s run`", gatewayCommand)
-	}
-	g := startGateway(t, appended)
-	ran := 0
-	for i, c := range shell {
-		first := strings.Fields(c)[0]
-		switch {
-		case c == gatewayCommand+" run" || c == "systemone-gateway run" || first == "bash":
-			continue
-		case first == "curl", first == "promtool", first == "cd", first == "systemone-gateway", strings.HasPrefix(c, gatewayCommand+" "):
-		default:
-			t.Errorf("%s: the test does not know how to run %q: make it runnable or mark the block illustrative", where[i], c)
+	sh := newShell(t)
+	var pending string // the last caddyfile block marked serve
+	started, ran := false, 0
+	for _, b := range all {
+		if b.has("illustrative") {
 			continue
 		}
-		if first == "promtool" || strings.Contains(c, "&& promtool ") {
-			if _, err := exec.LookPath("promtool"); err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Errorf("%s: promtool is not installed; CI installs it with `apt-get install prometheus` (see .ci/run)", where[i])
-				} else {
-					t.Logf("SKIPPED %s: %q: promtool is not installed (apt-get install prometheus); with CI=true this is a failure", where[i], c)
+		if b.lang == "caddyfile" && b.has("serve") {
+			pending = b.text
+			continue
+		}
+		if b.lang != "sh" && b.lang != "console" && b.lang != "bash" {
+			continue
+		}
+		var script []string
+		for _, c := range commands(b) {
+			if m := runCommand.FindStringSubmatch(c); m != nil {
+				env, file := strings.Fields(m[1]), m[2]
+				switch {
+				case file == "":
+					sh.serve(read(t, "Caddyfile")+"\n"+strings.Join(appended, "\n"), "Caddyfile", env)
+				case pending == "":
+					t.Fatalf("%s: %q serves %s, and no caddyfile block before it is marked serve", b, c, file)
+				default:
+					sh.serve(pending, file, env)
+					pending = ""
+				}
+				started = true
+				continue
+			}
+			if strings.HasPrefix(c, "bash ") {
+				file := strings.TrimPrefix(c, "bash ")
+				if out, err := exec.Command("bash", "-n", filepath.Join(root, file)).CombinedOutput(); err != nil {
+					t.Errorf("%s: bash -n %s: %v\n%s", b, file, err, out)
 				}
 				continue
 			}
+			if !runnable(c) {
+				t.Errorf("%s: the test does not know how to run %q: make it runnable or mark the block illustrative", b, c)
+				continue
+			}
+			if strings.Contains(c, "promtool ") && !haveTool(t, b, "promtool") {
+				continue
+			}
+			script = append(script, sh.ports.Replace(strings.ReplaceAll(c, gatewayCommand, "systemone-gateway")))
 		}
-		ran++
-		line := g.ports.Replace(strings.ReplaceAll(c, gatewayCommand, "systemone-gateway"))
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, "bash", "-c", "set -o pipefail; "+line)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(g.bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			t.Errorf("%s: %s: %v\n%s", where[i], line, err, out)
+		if len(script) == 0 {
 			continue
 		}
-		// The metrics site serves the gateway's own metrics, the requests
-		// of the examples before it counted.
-		if strings.HasSuffix(line, "/metrics") && !bytes.Contains(out, []byte("systemone_requests_total{")) {
-			t.Errorf("%s: %s: no systemone_requests_total in the metrics", where[i], line)
+		if !started {
+			t.Fatalf("%s: a command runs before any example starts the gateway", b)
 		}
-		for _, m := range statusLine.FindAllSubmatch(out, -1) {
-			if m[1][0] == '5' {
-				t.Errorf("%s: %s: status %s\n%s", where[i], line, m[1], out)
-			}
+		ran++
+		sh.run(b, script)
+	}
+	if !started || ran == 0 {
+		t.Errorf("started a gateway %v, ran %d blocks; want both", started, ran)
+	}
+}
+
+// haveTool reports whether a program is installed. Where it is missing the
+// command is left out, except in CI (CI=true), which installs it first:
+// there a missing program is a failure.
+func haveTool(t *testing.T, b block, name string) bool {
+	t.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return true
+	}
+	if os.Getenv("CI") == "true" {
+		t.Errorf("%s: %s is not installed; CI installs it (see .ci/run)", b, name)
+	} else {
+		t.Logf("SKIPPED %s: %s is not installed; with CI=true this is a failure", b, name)
+	}
+	return false
+}
+
+// run runs one block's commands as one bash script, from the repository,
+// with the built binary first on the PATH. It fails on a non-zero exit, a
+// 5xx status line from curl -i, and metrics without the gateway's.
+func (sh *shell) run(b block, script []string) {
+	t := sh.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	text := "set -euo pipefail\n" + strings.Join(script, "\n")
+	cmd := exec.CommandContext(ctx, "bash", "-c", text)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(sh.bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: %v\n%s\n%s", b, err, text, out)
+		return
+	}
+	for _, m := range statusLine.FindAllSubmatch(out, -1) {
+		if m[1][0] == '5' {
+			t.Errorf("%s: status %s\n%s\n%s", b, m[1], text, out)
 		}
-		t.Logf("%s: %s: %s", where[i], line, firstLine(out))
 	}
-	if ran == 0 {
-		t.Error("no shell example ran")
+	// The metrics site serves the gateway's own metrics: the requests of
+	// the examples before it counted.
+	if strings.Contains(text, "/metrics") && !bytes.Contains(out, []byte("systemone_requests_total{")) {
+		t.Errorf("%s: no systemone_requests_total in the metrics\n%s", b, out)
 	}
+	t.Logf("%s: %s -> %s", b, strings.Join(script, "; "), firstLine(out))
 }
 
 func firstLine(out []byte) string {
