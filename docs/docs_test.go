@@ -35,7 +35,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -507,7 +506,8 @@ func (sh *shell) serve(config, file string, env []string) {
 	for _, e := range env {
 		cmd.Env = append(cmd.Env, sh.ports.Replace(e))
 	}
-	var output lockedBuffer
+	// output is read only once the process has exited.
+	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -540,27 +540,11 @@ func (sh *shell) serve(config, file string, env []string) {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
 			t.Fatalf("the gateway does not listen on %s within 30s:\n%s", addr, output.String())
 		}
 	}
-}
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func freePort(t *testing.T) int {
