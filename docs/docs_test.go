@@ -704,3 +704,45 @@ func firstLine(out []byte) string {
 	}
 	return ""
 }
+
+// The README stays an overview: at most 500 lines, and exactly two commands
+// under "Two commands", the gateway's and the tests'.
+func TestReadmeShape(t *testing.T) {
+	text := read(t, "README.md")
+	if n := strings.Count(text, "\n"); n > 500 {
+		t.Errorf("README.md has %d lines; at most 500: move reference into docs/", n)
+	}
+	bs, prose := blocks("README.md", text)
+	start, end := 0, len(prose)
+	for i, line := range prose {
+		switch {
+		case line == "## Two commands":
+			start = i + 1
+		case start > 0 && i >= start && strings.HasPrefix(line, "## ") && end == len(prose):
+			end = i + 1
+		}
+	}
+	if start == 0 {
+		t.Fatal("README.md has no section \"## Two commands\"")
+	}
+	var got []string
+	for _, b := range bs {
+		if b.line > start && b.line < end {
+			got = append(got, commands(b)...)
+		}
+	}
+	want := []string{gatewayCommand + " run", "bash .ci/run"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the commands under \"Two commands\" are %q, want %q", got, want)
+	}
+}
+
+// The docs speak of the product: no page cites a file the repository does
+// not hold as its source of truth.
+func TestNoContractCitations(t *testing.T) {
+	for _, page := range pages(t) {
+		if strings.Contains(read(t, page), "CONTRACT.md") {
+			t.Errorf("%s cites CONTRACT.md, which the repository does not hold", page)
+		}
+	}
+}
