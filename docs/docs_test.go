@@ -632,7 +632,8 @@ func TestShellExamples(t *testing.T) {
 				t.Errorf("%s: the test does not know how to run %q: make it runnable or mark the block illustrative", b, c)
 				continue
 			}
-			if strings.Contains(c, "promtool ") && !haveTool(t, b, "promtool") {
+			if strings.Contains(c, "promtool ") && !haveTool(t, b, "promtool") ||
+				strings.Contains(c, "curl ") && !haveTool(t, b, "curl") {
 				continue
 			}
 			script = append(script, sh.ports.Replace(strings.ReplaceAll(c, gatewayCommand, "systemone-gateway")))
