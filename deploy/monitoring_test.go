@@ -546,8 +546,7 @@ type prometheusServer struct {
 
 func startPrometheus(t *testing.T, bin, rules, target string) *prometheusServer {
 	t.Helper()
-	dir := t.TempDir()
-	config := fmt.Sprintf(`global:
+	return startPrometheusConfig(t, bin, t.TempDir(), fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
@@ -557,7 +556,14 @@ scrape_configs:
   - job_name: systemone
     static_configs:
       - targets: [%q]
-`, rules, target)
+`, rules, target))
+}
+
+// startPrometheusConfig runs Prometheus on config, written as
+// prometheus.yml into dir (so that relative rule_files resolve there),
+// until the test ends.
+func startPrometheusConfig(t *testing.T, bin, dir, config string) *prometheusServer {
+	t.Helper()
 	configFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
