@@ -35,7 +35,9 @@ type stack struct {
 type stackOptions struct {
 	maxLen         int
 	includeContent bool
-	redisArgs      []string
+	// maxContent is the route's max_content, empty for the default.
+	maxContent string
+	redisArgs  []string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -53,6 +55,9 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	queue := fmt.Sprintf("queue %s maxlen %d", stream, o.maxLen)
 	if o.includeContent {
 		queue += " include_content"
+	}
+	if o.maxContent != "" {
+		queue += "\n\t\t\t\tmax_content " + o.maxContent
 	}
 	port, metricsPort := gatewaytest.FreePort(t), gatewaytest.FreePort(t)
 	sites := fmt.Sprintf(`:%[1]d {
