@@ -65,19 +65,8 @@ func (h *Handler) listItems(w http.ResponseWriter, r *http.Request) {
 	query := r.URL.Query()
 	var errs errorList
 	limit := DefaultLimit
-	if v, ok := query["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if errors.Is(err, strconv.ErrRange) {
-			err = nil // beyond int: Atoi saturates, and the sign decides below
-		}
-		switch {
-		case err != nil:
-			errs.add("int_parsing", loc("query", "limit"), "Input should be a valid integer, unable to parse string as an integer", jsonString(v[0]), nil)
-		case n < 1:
-			errs.add("greater_than_equal", loc("query", "limit"), "Input should be greater than or equal to 1", jsonString(v[0]), map[string]any{"ge": 1})
-		default:
-			limit = min(n, MaxLimit)
-		}
+	if n, ok := positiveInt(&errs, query, "limit"); ok {
+		limit = min(n, MaxLimit)
 	}
 	after := query.Get("after")
 	if after != "" {

@@ -155,6 +155,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		if allow(w, r, http.MethodGet) {
 			h.exportLabels(w, r)
 		}
+	case p == "/progress":
+		if allow(w, r, http.MethodGet) {
+			h.serveProgress(w, r)
+		}
 	case strings.HasPrefix(p, "/items/"):
 		rest := p[len("/items/"):]
 		if id, ok := strings.CutSuffix(rest, "/labels"); ok && id != "" && !strings.Contains(id, "/") {
