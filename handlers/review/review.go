@@ -107,7 +107,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.labels, err = registerLabels(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	client, release, err := redispool.Acquire(urls)
+	// A client of its own: a page load waiting on a slow read must never
+	// hold a connection the gateway's admissions wait for.
+	client, release, err := redispool.AcquireFor("review", urls)
 	if err != nil {
 		return fmt.Errorf("redis: %v", err)
 	}
