@@ -53,7 +53,8 @@ func main() {
 	concurrency := flag.Int("concurrency", 8, "evaluation clients, each sending one request at a time")
 	entries := flag.Int("entries", 60, "large review entries written before the phases")
 	pad := flag.Int("pad", 3_900_000, "bytes of each large request body")
-	pages := flag.Int("pages", 4, "concurrent page loads during a review phase")
+	pages := flag.Int("pages", 4, "reviewers loading the page's request during a review phase")
+	pageEvery := flag.Duration("page-every", 100*time.Millisecond, "each reviewer's pause between two loads (a person takes seconds; 0 hammers the review handler, which then measures the CPU it takes from the gateway's process)")
 	maxContent := flag.String("max-content", "default", `the route's max_content; "default" leaves the gateway's default, "" leaves the line out (a build without it)`)
 	smoke := flag.Bool("smoke", false, "seconds: 8 entries of 1 MB, one round of 3 s phases, the ratio reported but not checked (CI's check that it still works)")
 	storeTimeout := flag.String("store-timeout", "", "the limiter's store_timeout (default the gateway's, 50ms): a loaded machine may need more to tell the reviews' effect from its own")
@@ -62,13 +63,13 @@ func main() {
 	if *smoke {
 		*duration, *rounds, *entries, *pad, maxRatio = 3*time.Second, 1, 8, 1_000_000, 0
 	}
-	if err := run(maxRatio, *bin, *duration, *rounds, *concurrency, *entries, *pad, *pages, *maxContent, *storeTimeout); err != nil {
+	if err := run(maxRatio, *pageEvery, *bin, *duration, *rounds, *concurrency, *entries, *pad, *pages, *maxContent, *storeTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, "reviewload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(maxRatio float64, bin string, duration time.Duration, rounds, concurrency, entries, pad, pages int, maxContent, storeTimeout string) error {
+func run(maxRatio float64, pageEvery time.Duration, bin string, duration time.Duration, rounds, concurrency, entries, pad, pages int, maxContent, storeTimeout string) error {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "systemone-reviewload-")
 	if err != nil {
@@ -179,15 +180,15 @@ func run(maxRatio float64, bin string, duration time.Duration, rounds, concurren
 
 	// A warm-up: connections, the limiter's buckets, the Go runtime.
 	marks = append(marks, mark{"warm-up", time.Now()})
-	evaluate(ctx, client, base, concurrency, 2*time.Second, 0)
+	evaluate(ctx, client, base, concurrency, 2*time.Second, 0, 0)
 	var alone, withReviews []phase
 	for r := range rounds {
 		marks = append(marks, mark{fmt.Sprintf("round %d alone", r+1), time.Now()})
-		a := evaluate(ctx, client, base, concurrency, duration, 0)
+		a := evaluate(ctx, client, base, concurrency, duration, 0, 0)
 		fmt.Printf("round %d alone:        %s\n", r+1, a)
 		alone = append(alone, a)
 		marks = append(marks, mark{fmt.Sprintf("round %d with reviews", r+1), time.Now()})
-		p := evaluate(ctx, client, base, concurrency, duration, pages)
+		p := evaluate(ctx, client, base, concurrency, duration, pages, pageEvery)
 		fmt.Printf("round %d with reviews: %s\n", r+1, p)
 		withReviews = append(withReviews, p)
 	}
@@ -275,7 +276,7 @@ func (p phase) String() string {
 // evaluate runs concurrency evaluation clients for duration (confident
 // answers: routed auto, never queued), with pages clients loading the
 // review page's request in a loop meanwhile.
-func evaluate(ctx context.Context, client *http.Client, base string, concurrency int, duration time.Duration, pages int) phase {
+func evaluate(ctx context.Context, client *http.Client, base string, concurrency int, duration time.Duration, pages int, pageEvery time.Duration) phase {
 	stop := time.Now().Add(duration)
 	body := evalBody("on time")
 	var mu sync.Mutex
@@ -309,6 +310,7 @@ func evaluate(ctx context.Context, client *http.Client, base string, concurrency
 					p.pagesBad++
 				}
 				mu.Unlock()
+				time.Sleep(pageEvery)
 			}
 		})
 	}
