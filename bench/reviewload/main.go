@@ -175,8 +175,8 @@ func run(maxRatio float64, pageEvery time.Duration, bin string, duration time.Du
 	}
 	mem, _ := rs.Client.MemoryUsage(ctx, stream).Result()
 	contentMem, _ := rs.Client.MemoryUsage(ctx, stream+":content").Result()
-	fmt.Printf("%d large entries (%d-byte bodies, %d sent again): stream %.1f MB, content stream %.1f MB in Redis\n",
-		entries, len(large), resent, float64(mem)/1e6, float64(contentMem)/1e6)
+	fmt.Printf("%d large entries (%d-byte bodies, %d sent again): stream %.1f kB, content stream %.1f MB in Redis\n",
+		entries, len(large), resent, float64(mem)/1e3, float64(contentMem)/1e6)
 
 	// A warm-up: connections, the limiter's buckets, the Go runtime.
 	marks = append(marks, mark{"warm-up", time.Now()})
