@@ -80,6 +80,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			queue <stream> [maxlen <n>]
 //			audit <fraction>
 //			include_content
+//			max_content <size>
 //		}
 //	}
 //

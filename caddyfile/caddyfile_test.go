@@ -44,10 +44,15 @@ func TestUnmarshal(t *testing.T) {
 				question "a b" 1
 			}
 			queue s
+			include_content
+			max_content 64KiB
 		}
 	}`)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r := h.Route; !r.IncludeContent || r.MaxContent != 64<<10 {
+		t.Errorf("route include_content %v max_content %d", r.IncludeContent, r.MaxContent)
 	}
 	if h.MaxBody != 2<<20 {
 		t.Errorf("max_body %d", h.MaxBody)
@@ -150,6 +155,10 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n route {\n unpinned maybe\n }\n}":                                             "not one of",
 		"systemone {\n route {\n queue s maxlen 5 flush\n }\n}":                                     "then maxlen <n>",
 		"systemone {\n route {\n pin v {\n choice -0.1\n }\n }\n}":                                  "threshold -0.1 is outside 0..1",
+		"systemone {\n route {\n queue s\n include_content\n max_content 0\n }\n}":                  "want 1KiB or more",
+		"systemone {\n route {\n queue s\n include_content\n max_content lots\n }\n}":               "is not a size",
+		"systemone {\n route {\n queue s\n include_content\n max_content 512\n }\n}":                "must be at least 1KiB",
+		"systemone {\n route {\n queue s\n max_content 1MiB\n }\n}":                                 "max_content needs include_content",
 	} {
 		_, err := parseString(t, input)
 		if err == nil || !strings.Contains(err.Error(), want) {

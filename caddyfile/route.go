@@ -30,6 +30,14 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 				return d.ArgErr()
 			}
 			cfg.IncludeContent = true
+		case "max_content":
+			var size uint64
+			if size, err = sizeArg(d); err == nil {
+				if size == 0 || size > 1<<40 {
+					return d.Errf("max_content %d bytes: want 1KiB or more (and at most 1TiB)", size)
+				}
+				cfg.MaxContent = int64(size)
+			}
 		default:
 			return d.Errf("unknown route subdirective %q", name)
 		}

@@ -8,10 +8,12 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -28,14 +30,16 @@ const (
 
 // Scanning for unlabelled items; variables so that tests can shrink them.
 var (
-	// maxScan bounds the entries one `unlabeled=1` page reads looking for
-	// unlabelled ones, so that a long labelled stretch of the stream costs
-	// a request a bounded amount of Redis work. A page that stops there
-	// holds fewer than `limit` items (maybe none) and a non-empty `next`.
+	// maxScan bounds the entries one filtered page (`unlabeled=1`,
+	// `audit=1`) reads looking for matches, so that a long stretch of the
+	// stream without one costs a request a bounded amount of Redis work. A
+	// page that stops there holds fewer than `limit` items (maybe none) and
+	// a non-empty `next`.
 	maxScan = 10000
-	// filterBatch is how many entries an `unlabeled=1` page reads per round
-	// trip: entries may hold whole bodies, so not too many at once.
-	filterBatch int64 = 100
+	// listStep is how many entries a page reads per round trip (XRANGE
+	// COUNT). Entries hold no bodies (see content.go), but an entry
+	// written before that layout does: not too many at once.
+	listStep int64 = 100
 )
 
 // Bounds of PUT /items/<id>/labels.
@@ -61,16 +65,8 @@ func (h *Handler) listItems(w http.ResponseWriter, r *http.Request) {
 	query := r.URL.Query()
 	var errs errorList
 	limit := DefaultLimit
-	if v, ok := query["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		switch {
-		case err != nil:
-			errs.add("int_parsing", loc("query", "limit"), "Input should be a valid integer, unable to parse string as an integer", jsonString(v[0]), nil)
-		case n < 1:
-			errs.add("greater_than_equal", loc("query", "limit"), "Input should be greater than or equal to 1", jsonString(v[0]), map[string]any{"ge": 1})
-		default:
-			limit = min(n, MaxLimit)
-		}
+	if n, ok := positiveInt(&errs, query, "limit"); ok {
+		limit = min(n, MaxLimit)
 	}
 	after := query.Get("after")
 	if after != "" {
@@ -80,33 +76,37 @@ func (h *Handler) listItems(w http.ResponseWriter, r *http.Request) {
 		}
 		after = id.String()
 	}
-	unlabeled := false
-	switch v := query.Get("unlabeled"); v {
-	case "", "0", "false":
-	case "1", "true":
-		unlabeled = true
-	default:
-		errs.add("bool_parsing", loc("query", "unlabeled"), "Input should be a valid boolean, unable to interpret input", jsonString(v), nil)
-	}
+	unlabeled := boolParam(&errs, query, "unlabeled")
+	audited := boolParam(&errs, query, "audit")
 	if errs.any() {
 		errs.write(w)
 		return
 	}
 
 	page := listPage{Items: []Item{}}
-	batch := int64(limit + 1) // one more than a page tells whether a next page exists
-	if unlabeled {
-		batch = max(batch, filterBatch)
+	var chosen []redis.XMessage
+	var chosenLabels []map[string]string
+	step := min(int64(limit+1), listStep) // one more than a page tells whether a next page exists
+	if unlabeled || audited {
+		step = listStep
 	}
 	cursor := after
+scan:
 	for scanned := 0; ; {
-		msgs, err := h.store.scan(r.Context(), cursor, batch)
+		msgs, err := h.store.scan(r.Context(), cursor, step)
 		if err != nil {
 			h.storeFailed(w, "list", err)
 			return
 		}
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
+		// Labels are read only for the entries the audit filter keeps.
+		var kept []redis.XMessage
+		for _, m := range msgs {
+			if !audited || m.Values["audit"] == "1" {
+				kept = append(kept, m)
+			}
+		}
+		ids := make([]string, len(kept))
+		for i, m := range kept {
 			ids[i] = m.ID
 		}
 		labels, err := h.store.labels(r.Context(), ids)
@@ -114,31 +114,53 @@ func (h *Handler) listItems(w http.ResponseWriter, r *http.Request) {
 			h.storeFailed(w, "list", err)
 			return
 		}
-		for i, m := range msgs {
+		for i, m := range kept {
 			if unlabeled && len(labels[i]) > 0 {
 				continue
 			}
-			if len(page.Items) == limit {
+			if len(chosen) == limit {
 				// A match beyond the page: the next page starts after
 				// the page's last item.
-				page.Next = page.Items[limit-1].ID
-				writeJSON(w, http.StatusOK, page)
-				return
+				page.Next = chosen[limit-1].ID
+				break scan
 			}
-			e := parseEntry(m)
-			page.Items = append(page.Items, e.item(labels[i]))
+			chosen = append(chosen, m)
+			chosenLabels = append(chosenLabels, labels[i])
 		}
 		scanned += len(msgs)
-		if int64(len(msgs)) < batch {
+		if int64(len(msgs)) < step {
 			break // the end of the stream
 		}
 		cursor = msgs[len(msgs)-1].ID
-		if scanned >= maxScan {
+		if (unlabeled || audited) && scanned >= maxScan {
 			page.Next = cursor
 			break
 		}
 	}
+	// Only the items answered have their bodies read.
+	if err := h.store.attachContent(r.Context(), chosen); err != nil {
+		h.storeFailed(w, "list", err)
+		return
+	}
+	for i, m := range chosen {
+		e := parseEntry(m)
+		page.Items = append(page.Items, e.item(chosenLabels[i]))
+	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// boolParam reads a boolean query parameter: "1" or "true", "0", "false"
+// or absent.
+func boolParam(errs *errorList, query url.Values, name string) bool {
+	switch v := query.Get(name); v {
+	case "", "0", "false":
+		return false
+	case "1", "true":
+		return true
+	default:
+		errs.add("bool_parsing", loc("query", name), "Input should be a valid boolean, unable to interpret input", jsonString(v), nil)
+		return false
+	}
 }
 
 func (h *Handler) getItem(w http.ResponseWriter, r *http.Request, rawID string) {
@@ -223,6 +245,7 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 	for _, rec := range records {
 		h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
 	}
+	w.Header().Set("Cache-Control", "no-store") // like every API answer
 	w.WriteHeader(http.StatusNoContent)
 }
 

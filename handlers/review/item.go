@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,6 +25,9 @@ type entry struct {
 	// request and response are the bodies with include_content, nil
 	// without.
 	request, response *string
+	// tooLarge names the bodies max_content kept out ("request",
+	// "response").
+	tooLarge []string
 }
 
 // question is one element of an entry's `questions`.
@@ -64,6 +68,9 @@ func parseEntry(m redis.XMessage) entry {
 			q.Answer = nil
 		}
 	}
+	if v := str("content_too_large"); v != "" {
+		e.tooLarge = strings.Split(v, ",")
+	}
 	if v, ok := m.Values["request"].(string); ok {
 		e.request = &v
 	}
@@ -92,18 +99,22 @@ func (e *entry) find(id string) *question {
 // stored (a body that is not JSON shows as a string), plus the stream id
 // and the stored labels.
 type Item struct {
-	ID        string                     `json:"id"`
-	RequestID string                     `json:"request_id"`
-	Org       string                     `json:"org"`
-	Model     string                     `json:"model"`
-	Route     string                     `json:"route"`
-	Reason    string                     `json:"reason"`
-	Audit     bool                       `json:"audit"`
-	TS        string                     `json:"ts"`
-	Questions []question                 `json:"questions"`
-	Request   json.RawMessage            `json:"request,omitempty"`
-	Response  json.RawMessage            `json:"response,omitempty"`
-	Labels    map[string]json.RawMessage `json:"labels,omitempty"`
+	ID        string          `json:"id"`
+	RequestID string          `json:"request_id"`
+	Org       string          `json:"org"`
+	Model     string          `json:"model"`
+	Route     string          `json:"route"`
+	Reason    string          `json:"reason"`
+	Audit     bool            `json:"audit"`
+	TS        string          `json:"ts"`
+	Questions []question      `json:"questions"`
+	Request   json.RawMessage `json:"request,omitempty"`
+	Response  json.RawMessage `json:"response,omitempty"`
+	// ContentTooLarge names the bodies that did not fit in the route's
+	// max_content and were not stored ("request", "response"); absent
+	// when none was left out.
+	ContentTooLarge []string                   `json:"content_too_large,omitempty"`
+	Labels          map[string]json.RawMessage `json:"labels,omitempty"`
 }
 
 // item builds the Item of e with its stored label records (question id ->
@@ -112,7 +123,7 @@ func (e *entry) item(records map[string]string) Item {
 	it := Item{
 		ID: e.id, RequestID: e.requestID, Org: e.org, Model: e.model, Route: e.route,
 		Reason: e.reason, Audit: e.audit, TS: e.ts, Questions: e.questions,
-		Request: jsonValue(e.request), Response: jsonValue(e.response),
+		Request: jsonValue(e.request), Response: jsonValue(e.response), ContentTooLarge: e.tooLarge,
 	}
 	if it.Questions == nil {
 		it.Questions = []question{}

@@ -107,7 +107,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.labels, err = registerLabels(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	client, release, err := redispool.Acquire(urls)
+	// A client of its own: a page load waiting on a slow read must never
+	// hold a connection the gateway's admissions wait for.
+	client, release, err := redispool.AcquireFor("review", urls)
 	if err != nil {
 		return fmt.Errorf("redis: %v", err)
 	}
@@ -154,6 +156,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case p == "/labels":
 		if allow(w, r, http.MethodGet) {
 			h.exportLabels(w, r)
+		}
+	case p == "/progress":
+		if allow(w, r, http.MethodGet) {
+			h.serveProgress(w, r)
 		}
 	case strings.HasPrefix(p, "/items/"):
 		rest := p[len("/items/"):]

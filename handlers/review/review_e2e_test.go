@@ -35,7 +35,12 @@ type stack struct {
 type stackOptions struct {
 	maxLen         int
 	includeContent bool
-	redisArgs      []string
+	// maxContent is the route's max_content, empty for the default.
+	maxContent string
+	// basicAuth, when set, protects /review/* with Caddy's basic_auth:
+	// a user and its bcrypt hash.
+	basicAuth [2]string
+	redisArgs []string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -54,9 +59,17 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if o.includeContent {
 		queue += " include_content"
 	}
+	if o.maxContent != "" {
+		queue += "\n\t\t\t\tmax_content " + o.maxContent
+	}
+	auth := ""
+	if o.basicAuth[0] != "" {
+		auth = fmt.Sprintf("basic_auth {\n\t\t\t%s %s\n\t\t}", o.basicAuth[0], o.basicAuth[1])
+	}
 	port, metricsPort := gatewaytest.FreePort(t), gatewaytest.FreePort(t)
 	sites := fmt.Sprintf(`:%[1]d {
 	handle_path /review/* {
+		%[7]s
 		systemone_review {
 			redis %[2]s
 			stream %[3]s
@@ -89,7 +102,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 :%[6]d {
 	metrics
 }
-`, port, rs.URL(), stream, queue, sim.Addr(), metricsPort)
+`, port, rs.URL(), stream, queue, sim.Addr(), metricsPort, auth)
 	gatewaytest.Load(t, sites)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })

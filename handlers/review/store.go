@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // Label storage
@@ -44,12 +46,13 @@ import (
 type store struct {
 	client  redis.UniversalClient
 	stream  string
+	content string // the stream's content stream
 	base    string // "<prefix>review:{<stream>}:"
 	timeout time.Duration
 }
 
 func newStore(client redis.UniversalClient, prefix, stream string) *store {
-	return &store{client: client, stream: stream, base: prefix + "review:{" + stream + "}:", timeout: storeTimeout}
+	return &store{client: client, stream: stream, content: route.ContentStream(stream), base: prefix + "review:{" + stream + "}:", timeout: storeTimeout}
 }
 
 func (s *store) indexKey() string          { return s.base + "labeled" }
@@ -117,7 +120,8 @@ func memberID(m string) (string, bool) {
 	return id.String(), ok
 }
 
-// entry reads the stream entry id; ok is false when it is not in the stream.
+// entry reads the stream entry id with its content; ok is false when it is
+// not in the stream.
 func (s *store) entry(ctx context.Context, id string) (redis.XMessage, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -125,11 +129,15 @@ func (s *store) entry(ctx context.Context, id string) (redis.XMessage, bool, err
 	if err != nil || len(msgs) == 0 {
 		return redis.XMessage{}, false, err
 	}
+	if err := s.attachContent(ctx, msgs); err != nil {
+		return redis.XMessage{}, false, err
+	}
 	return msgs[0], true, nil
 }
 
 // scan reads up to n entries, oldest first, after the entry id after
-// (exclusive), or from the start when after is "".
+// (exclusive), or from the start when after is "", without their content
+// (see attachContent).
 func (s *store) scan(ctx context.Context, after string, n int64) ([]redis.XMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -328,8 +328,8 @@ func TestListScanBudget(t *testing.T) {
 			}
 		}
 	}
-	defer func(scan int, batch int64) { maxScan, filterBatch = scan, batch }(maxScan, filterBatch)
-	maxScan, filterBatch = 4, 2
+	defer func(scan int, batch int64) { maxScan, listStep = scan, batch }(maxScan, listStep)
+	maxScan, listStep = 4, 2
 	h := &Handler{store: s, logger: zap.NewNop()}
 	list := func(query string) listPage {
 		t.Helper()

@@ -54,9 +54,20 @@ func (d debugLogger) Printf(_ context.Context, format string, v ...any) {
 // again is a no-op. Creating a client does not connect: an unreachable server
 // shows up in the first command, not here.
 func Acquire(urls []string) (client redis.UniversalClient, release func() error, err error) {
+	return AcquireFor("", urls)
+}
+
+// AcquireFor is Acquire for a client of its own, with its own connection
+// pool, shared only by the callers that name the same purpose: a slow
+// user (the review API reading large stream entries) then cannot take the
+// connections the request path waits for. Acquire's client is purpose "".
+func AcquireFor(purpose string, urls []string) (client redis.UniversalClient, release func() error, err error) {
 	key, err := poolKey(urls)
 	if err != nil {
 		return nil, nil, err
+	}
+	if purpose != "" {
+		key = purpose + "\x00" + key // no URL holds a NUL
 	}
 	setLogger.Do(func() { redis.SetLogger(debugLogger{caddy.Log().Named("redis")}) })
 	v, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {

@@ -193,3 +193,33 @@ func TestContextDeadlineBoundsEveryCall(t *testing.T) {
 		t.Fatalf("PING to a black hole: %v after %s", err, took)
 	}
 }
+
+// A purpose gets a client and a pool of its own, shared by the callers of
+// that purpose only: the gateway's client is not the review API's.
+func TestAcquireForKeepsPurposesApart(t *testing.T) {
+	srv := redistest.Start(t)
+	urls := []string{srv.URL()}
+	gateway, releaseGateway, err := Acquire(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseGateway()
+	review, releaseReview, err := AcquireFor("review", urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, releaseAgain, err := AcquireFor("review", urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseAgain()
+	if review == gateway || again != review {
+		t.Fatalf("clients: gateway %p, review %p and %p; want the review's apart and shared", gateway, review, again)
+	}
+	if err := releaseReview(); err != nil {
+		t.Fatal(err)
+	}
+	if gateway.Ping(bg).Err() != nil || again.Ping(bg).Err() != nil {
+		t.Fatal("a release closed a client still in use")
+	}
+}

@@ -33,7 +33,25 @@ type Config struct {
 	// the model's answers only, and the stream keeps no evaluated content.
 	// Needs Queue.
 	IncludeContent bool `json:"include_content,omitempty"`
+	// MaxContent bounds the bytes of content one entry stores with
+	// IncludeContent, request and response together: the request is stored
+	// when it fits, then the response when it fits in what is left. A body
+	// that does not fit is not stored (a cut JSON body could neither be
+	// replayed nor read for its options), and the entry names it in
+	// `content_too_large`. Default DefaultMaxContent (512 KiB); at least
+	// 1 KiB. Needs IncludeContent.
+	MaxContent int64 `json:"max_content,omitempty"`
 }
+
+// DefaultMaxContent is what Config.MaxContent defaults to: 512 KiB, about
+// twice the largest text the evaluation service accepts (64k tokens of
+// about 4 bytes), so that a request it answered is stored whole, while a
+// body padded far beyond that (up to max_body) is not.
+const DefaultMaxContent = 512 << 10
+
+// minMaxContent is the smallest max_content: below it not even a small
+// request fits, and the setting is surely a typo (512 for 512KiB).
+const minMaxContent = 1 << 10
 
 // Pin is the thresholds tuned against one concrete model version.
 type Pin struct {
@@ -109,6 +127,14 @@ func (c Config) Validate() error {
 		}
 		if c.IncludeContent {
 			return errors.New("include_content needs a queue")
+		}
+	}
+	if c.MaxContent != 0 {
+		if c.MaxContent < minMaxContent {
+			return fmt.Errorf("max_content %d bytes: must be at least 1KiB (%d bytes)", c.MaxContent, minMaxContent)
+		}
+		if !c.IncludeContent && (c.Queue == nil || !c.Queue.IncludeContent) {
+			return errors.New("max_content needs include_content: without it no content is stored")
 		}
 	}
 	return nil

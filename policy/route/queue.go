@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,10 +52,12 @@ type queue struct {
 	stream         string
 	maxLen         int64
 	includeContent bool
-	timeout        time.Duration
-	slots          chan struct{} // a token per write in flight
-	now            func() time.Time
-	logger         *zap.Logger
+	// maxContent bounds the content of one entry (Config.MaxContent).
+	maxContent int64
+	timeout    time.Duration
+	slots      chan struct{} // a token per write in flight
+	now        func() time.Time
+	logger     *zap.Logger
 
 	mu     sync.Mutex // orders wg.Add against Close
 	closed bool
@@ -63,16 +66,20 @@ type queue struct {
 	enqueued, audited, dropped, failed atomic.Int64
 }
 
-func newQueue(cfg Queue, includeContent bool, client StreamWriter, logger *zap.Logger) *queue {
+func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWriter, logger *zap.Logger) *queue {
 	maxLen := cfg.MaxLen
 	if maxLen == 0 {
 		maxLen = DefaultMaxLen
+	}
+	if maxContent == 0 {
+		maxContent = DefaultMaxContent
 	}
 	return &queue{
 		client:         client,
 		stream:         cfg.Stream,
 		maxLen:         maxLen,
 		includeContent: includeContent,
+		maxContent:     maxContent,
 		timeout:        enqueueTimeout,
 		slots:          make(chan struct{}, maxInFlight),
 		now:            time.Now,
@@ -98,8 +105,12 @@ func newQueue(cfg Queue, includeContent bool, client StreamWriter, logger *zap.L
 // ("1" or "0"), questions (a JSON array of
 // {"id","type","route","confidence","answer"}: answer is the noul
 // probability, the choice key or the score; confidence and answer are null
-// when unread), ts (RFC 3339, UTC) and, with include_content, request and
-// response.
+// when unread), ts (RFC 3339, UTC). With include_content the bodies go to a
+// content entry of their
+// own (see ContentStream), written first, whose id the entry's `content`
+// field names; a body that does not fit in max_content is not stored and
+// `content_too_large` names it ("request", "response" or both, comma
+// separated).
 func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	q := r.queue
 	if q == nil {
@@ -130,11 +141,12 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	}
 	q.mu.Unlock()
 
-	args := &redis.XAddArgs{
-		Stream: q.stream,
-		MaxLen: q.maxLen,
-		Approx: true,
-		Values: q.values(d, meta, audit), // built now: the caller may reuse its buffers
+	// Built now: the caller may reuse its buffers.
+	values, content := q.values(d, meta, audit)
+	args := &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: values}
+	var contentArgs *redis.XAddArgs
+	if len(content) > 0 {
+		contentArgs = &redis.XAddArgs{Stream: ContentStream(q.stream), MaxLen: q.maxLen, Approx: true, Values: content}
 	}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
@@ -146,6 +158,17 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 		}()
 		ctx, cancel := context.WithTimeout(ctx, q.timeout)
 		defer cancel()
+		if contentArgs != nil {
+			// The content first, so that an entry never points at content
+			// not yet written; content whose entry then fails is trimmed
+			// with its stream.
+			id, err := q.client.XAdd(ctx, contentArgs).Result()
+			if err != nil {
+				q.lost(ref, "review queue write failed, entry lost", err, &q.failed)
+				return
+			}
+			args.Values = append(args.Values.([]string), "content", id)
+		}
 		if err := q.client.XAdd(ctx, args).Err(); err != nil {
 			q.lost(ref, "review queue write failed, entry lost", err, &q.failed)
 			return
@@ -202,8 +225,20 @@ type entryQuestion struct {
 	Answer any `json:"answer"`
 }
 
-// values returns the entry's fields, in a fixed order.
-func (q *queue) values(d Decision, meta Meta, audit bool) []string {
+// ContentStream is the key of the stream that holds the content of the
+// entries of stream, with include_content: "<stream>:content". Each content
+// entry has the fields `request` and `response` (each only when stored);
+// the review entry names its content entry's id in its field `content`.
+// Keeping the bodies apart lets the review API list and filter entries
+// without reading them, and keeps large replies off the Redis that every
+// admission waits on. It is trimmed like stream (MAXLEN ~ maxlen), so the
+// content of at least the newest maxlen entries is kept.
+func ContentStream(stream string) string { return stream + ":content" }
+
+// values returns the entry's fields, in a fixed order, and with
+// include_content the fields of its content entry (nil when no body fits
+// in maxContent, or without include_content).
+func (q *queue) values(d Decision, meta Meta, audit bool) (entry, content []string) {
 	qs := make([]entryQuestion, len(d.Questions))
 	for i, dq := range d.Questions {
 		qs[i] = entryQuestion{ID: dq.ID, Type: dq.Type, Route: dq.Route}
@@ -236,10 +271,28 @@ func (q *queue) values(d Decision, meta Meta, audit bool) []string {
 		"questions", string(questions),
 		"ts", q.now().UTC().Format(time.RFC3339Nano),
 	}
-	if q.includeContent {
-		v = append(v, "request", string(meta.Request), "response", string(meta.Response))
+	if !q.includeContent {
+		return v, nil
 	}
-	return v
+	// The request first: it is what a reviewer reads and replay re-sends;
+	// the response's answers are in `questions` already.
+	var tooLarge []string
+	room := q.maxContent
+	for _, body := range []struct {
+		name string
+		b    []byte
+	}{{"request", meta.Request}, {"response", meta.Response}} {
+		if int64(len(body.b)) > room {
+			tooLarge = append(tooLarge, body.name)
+			continue
+		}
+		room -= int64(len(body.b))
+		content = append(content, body.name, string(body.b))
+	}
+	if len(tooLarge) > 0 {
+		v = append(v, "content_too_large", strings.Join(tooLarge, ","))
+	}
+	return v, content
 }
 
 // entryRef names an entry in logs, without its content.

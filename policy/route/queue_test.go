@@ -150,12 +150,88 @@ func TestEnqueueIncludeContent(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("%d entries, want 1", len(msgs))
 	}
+	// The entry holds no body: it names its content entry.
 	v := msgs[0].Values
-	if v["request"] != string(secretRequest) {
-		t.Errorf("request %q, want the request body", v["request"])
+	if _, inline := v["request"]; inline || v["content"] == nil || v["content_too_large"] != nil {
+		t.Fatalf("entry %v: want the bodies apart, named by content", v)
 	}
-	if wantResp := string(body("service-1.0.0", choice("a,b", "0.3"), noul("中文", "0.9"))); v["response"] != wantResp {
-		t.Errorf("response %q, want %q", v["response"], wantResp)
+	content := readStream(t, client, ContentStream("review"))
+	if len(content) != 1 || content[0].ID != v["content"] {
+		t.Fatalf("content stream %v, want one entry %v", content, v["content"])
+	}
+	c := content[0].Values
+	if c["request"] != string(secretRequest) {
+		t.Errorf("request %q, want the request body", c["request"])
+	}
+	if wantResp := string(body("service-1.0.0", choice("a,b", "0.3"), noul("中文", "0.9"))); c["response"] != wantResp {
+		t.Errorf("response %q, want %q", c["response"], wantResp)
+	}
+}
+
+// max_content bounds an entry's content, request and response together:
+// the request when it fits, then the response when it fits in the rest; a
+// body that does not fit is left out and named in content_too_large.
+func TestEnqueueMaxContent(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	cfg := testConfig()
+	cfg.Queue = &Queue{Stream: "review"}
+	cfg.IncludeContent = true
+	cfg.MaxContent = 2048
+	r, err := New(cfg, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, resp := humanDecision(r)
+	big := []byte(`{"state":"` + strings.Repeat(" ", 3000) + `"}`)
+	fits := []byte(strings.Repeat("x", 2048-len(resp)))
+	for i, request := range [][]byte{secretRequest, big, fits, append(fits, 'x')} {
+		r.Enqueue(context.Background(), d, Meta{RequestID: strconv.Itoa(i), Request: request, Response: resp})
+	}
+	r.Close()
+	entries := readStream(t, client, "review")
+	content := map[string]map[string]any{}
+	for _, m := range readStream(t, client, ContentStream("review")) {
+		content[m.ID] = m.Values
+	}
+	if len(entries) != 4 {
+		t.Fatalf("%d entries", len(entries))
+	}
+	// Written in the background, in any order: found by request id.
+	byID := map[any]map[string]any{}
+	for _, e := range entries {
+		byID[e.Values["request_id"]] = e.Values
+	}
+	for i, want := range []struct {
+		tooLarge any
+		stored   []string
+	}{{nil, []string{"request", "response"}}, {"request", []string{"response"}}, {nil, []string{"request", "response"}}, {"response", []string{"request"}}} {
+		v := byID[strconv.Itoa(i)]
+		if v["content_too_large"] != want.tooLarge {
+			t.Errorf("entry %v: content_too_large %v, want %v", v["request_id"], v["content_too_large"], want.tooLarge)
+		}
+		c := content[v["content"].(string)]
+		var got []string
+		for k := range c {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want.stored) {
+			t.Errorf("entry %v: stored %v, want %v", v["request_id"], got, want.stored)
+		}
+	}
+	// Nothing fits: no content entry at all.
+	r2, _ := routerOn(t, client, Queue{Stream: "alone", IncludeContent: true})
+	r2.queue.maxContent = minMaxContent
+	huge := []byte(strings.Repeat("y", 2*minMaxContent))
+	r2.Enqueue(context.Background(), d, Meta{RequestID: "huge", Request: huge, Response: huge})
+	r2.Close()
+	if e := readStream(t, client, "alone"); len(e) != 1 || e[0].Values["content"] != nil || e[0].Values["content_too_large"] != "request,response" {
+		t.Errorf("entry with nothing stored: %v", e)
+	}
+	if n, _ := client.XLen(context.Background(), ContentStream("alone")).Result(); n != 0 {
+		t.Errorf("%d content entries for an entry that stores none", n)
 	}
 }
 
@@ -426,6 +502,9 @@ func TestAuditConfig(t *testing.T) {
 		{Config{Queue: q, Audit: math.NaN()}, "audit NaN is outside 0..1"},
 		{Config{Audit: 0.1}, "audit needs a queue"},
 		{Config{IncludeContent: true}, "include_content needs a queue"},
+		{Config{Queue: q, IncludeContent: true, MaxContent: 1024}, ""},
+		{Config{Queue: q, IncludeContent: true, MaxContent: 1023}, "max_content 1023 bytes: must be at least 1KiB"},
+		{Config{Queue: q, MaxContent: 4096}, "max_content needs include_content"},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {

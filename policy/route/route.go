@@ -111,7 +111,7 @@ func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
 		if client == nil {
 			return nil, fmt.Errorf("queue %q needs the systemone block's redis", q.Stream)
 		}
-		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, client, logger)
+		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, cfg.MaxContent, client, logger)
 	}
 	return r, nil
 }

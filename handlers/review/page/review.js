@@ -1,21 +1,29 @@
 // The systemone review page. It shows the next unlabelled entry of the
-// review stream, takes a label per question by click or key press, PUTs the
-// labels and moves on. Every piece of item data goes into the page as text
+// review stream (the oldest audited one first: only audited labels count
+// for calibration; then the oldest other one), takes a label per question
+// by click or key press, PUTs the labels and moves on. Below, each group's
+// progress toward a threshold at a target the reviewer sets (/progress). Every piece of item data goes into the page as text
 // (textContent, text nodes), never as HTML: entries hold whatever clients
 // sent to the evaluation service.
 'use strict';
 
 (() => {
 	// The API lives next to the page, wherever it is mounted: /review/ ->
-	// /review/items.
-	const base = location.pathname.endsWith('/') ? location.pathname : location.pathname + '/';
+	// /review/items. Request URLs are built from location.origin, which
+	// never holds credentials: opened as http://user:pass@host/review/, the
+	// page's own URL does, and fetch refuses any URL resolved against it
+	// ("Request cannot be constructed from a URL that includes
+	// credentials"). The browser still sends the basic_auth it was given.
+	const base = location.origin + (location.pathname.endsWith('/') ? location.pathname : location.pathname + '/');
 	const reviewerKey = 'systemone-review.reviewer';
+	const targetKey = 'systemone-review.target';
 
 	const $ = (id) => document.getElementById(id);
 	const ui = {
 		reviewer: $('reviewer'), reload: $('reload'), status: $('status'), error: $('error'),
-		item: $('item'), meta: $('meta'), content: $('content'), questions: $('questions'),
+		item: $('item'), kind: $('kind'), meta: $('meta'), content: $('content'), questions: $('questions'),
 		save: $('save'), skip: $('skip'),
+		target: $('target'), progressStatus: $('progress-status'), groups: $('groups'),
 	};
 
 	const state = {
@@ -23,7 +31,8 @@
 		kinds: {},      // question id -> {options: [keys], tiers: [descriptions]} from the stored request
 		labels: {},     // question id -> label
 		active: 0,      // index of the question keys apply to
-		cursor: '',     // the last item id passed (labelled or skipped)
+		phase: 'audit', // 'audit': unlabelled audited entries; 'rest': the others
+		cursor: '',     // the last item id passed (labelled or skipped) in this phase
 		busy: false,
 	};
 
@@ -97,32 +106,59 @@
 		}
 	}
 
-	// load shows the next unlabelled item after the cursor. With nothing
-	// after it, it looks once more from the start, where skipped items
-	// remain.
+	// api returns the absolute URL of an API path (with its query).
+	function api(path) {
+		return base + path;
+	}
+
+	async function getJSON(path) {
+		const resp = await fetch(api(path), { headers: { Accept: 'application/json' }, cache: 'no-store', credentials: 'same-origin' });
+		const body = await readJSON(resp);
+		if (!resp.ok || !body) throw new Error(apiError(resp, body));
+		return body;
+	}
+
+	// load shows the next unlabelled item after the cursor: the audited
+	// entries first, oldest first, then the others. With nothing after the
+	// cursor in both, it looks once more from the start, where skipped
+	// items remain.
 	async function load(fromStart) {
-		if (fromStart) state.cursor = '';
+		if (fromStart) {
+			state.phase = 'audit';
+			state.cursor = '';
+		}
 		state.busy = true;
 		setStatus('loading', 'Loading…');
 		clearError();
 		try {
-			for (let wrapped = !state.cursor; ;) {
-				let url = base + 'items?unlabeled=1&limit=1';
-				if (state.cursor) url += '&after=' + encodeURIComponent(state.cursor);
-				const resp = await fetch(url, { headers: { Accept: 'application/json' }, cache: 'no-store', credentials: 'same-origin' });
-				const body = await readJSON(resp);
-				if (!resp.ok || !body) throw new Error(apiError(resp, body));
-				if (body.items.length > 0) {
-					show(body.items[0]);
+			for (let wrapped = fromStart || (state.phase === 'audit' && !state.cursor); ;) {
+				let path = 'items?unlabeled=1&limit=1' + (state.phase === 'audit' ? '&audit=1' : '');
+				if (state.cursor) path += '&after=' + encodeURIComponent(state.cursor);
+				const body = await getJSON(path);
+				const next = body.items[0];
+				if (next && state.phase === 'rest' && next.audit) {
+					// An audited entry skipped earlier: it came first in
+					// its own phase.
+					state.cursor = next.id;
+					continue;
+				}
+				if (next) {
+					show(next);
 					return;
 				}
 				if (body.next) {
-					// The server stopped scanning a long labelled stretch.
+					// The server stopped scanning a long stretch without a match.
 					state.cursor = body.next;
+					continue;
+				}
+				if (state.phase === 'audit') {
+					state.phase = 'rest';
+					state.cursor = '';
 					continue;
 				}
 				if (wrapped) break;
 				wrapped = true;
+				state.phase = 'audit';
 				state.cursor = '';
 			}
 			state.item = null;
@@ -160,10 +196,19 @@
 		state.active = 0;
 		ui.item.hidden = false;
 		ui.item.dataset.id = item.id;
+		renderKind(item);
 		renderMeta(item);
 		renderContent(item);
 		renderQuestions();
 		setStatus('ready', 'Item ' + item.id);
+	}
+
+	// renderKind says whether the item's labels count for calibration.
+	function renderKind(item) {
+		ui.kind.dataset.kind = item.audit ? 'audit' : 'routine';
+		ui.kind.textContent = item.audit
+			? 'Counts for calibration: this entry was drawn by the audit, a uniform sample of all answers. Its labels decide the thresholds.'
+			: 'Routine human review: this answer was routed to a person. Label it for the client; it does not count for calibration.';
 	}
 
 	function renderMeta(item) {
@@ -182,6 +227,8 @@
 			parts.push(el('h2', null, 'State'), el('pre', { className: 'state' }, text(item.request.state)));
 		} else if (item.request !== undefined) {
 			parts.push(el('h2', null, 'Request'), el('pre', null, text(item.request)));
+		} else if ((item.content_too_large || []).includes('request')) {
+			parts.push(el('p', { className: 'note' }, 'The request was larger than the gateway\'s max_content and was not stored: judge it from the request id.'));
 		} else {
 			parts.push(el('p', { className: 'note' }, 'This entry holds no content (the gateway queues content only with include_content): judge it from the request id.'));
 		}
@@ -310,13 +357,14 @@
 		setStatus('saving', 'Saving…');
 		clearError();
 		try {
-			const resp = await fetch(base + 'items/' + encodeURIComponent(item.id) + '/labels', {
+			const resp = await fetch(api('items/' + encodeURIComponent(item.id) + '/labels'), {
 				method: 'PUT', credentials: 'same-origin',
 				headers: { 'Content-Type': 'application/json' },
 				body: JSON.stringify({ labels, reviewer }),
 			});
 			if (resp.status !== 204) throw new Error(apiError(resp, await readJSON(resp)));
 			state.cursor = item.id;
+			loadProgress();
 			state.busy = false;
 			await load(false);
 			if (document.body.dataset.status !== 'error') ui.status.textContent = 'Saved ' + item.id + '. ' + ui.status.textContent;
@@ -331,6 +379,49 @@
 		if (!state.item || state.busy) return;
 		state.cursor = state.item.id;
 		load(false);
+	}
+
+	// The number a threshold is pasted as: at most 4 decimals, rounded up
+	// (as calibrate writes it).
+	function threshold(t) {
+		return String(Math.ceil(t * 10000 - 1e-9) / 10000);
+	}
+
+	// loadProgress shows, per group, the labels so far, the agreement, the
+	// threshold calibrate would give now at the target, and the labels it
+	// still needs (labels_needed, when the gateway reports it).
+	let progressSeq = 0;
+	async function loadProgress() {
+		const target = ui.target.value.trim();
+		const seq = ++progressSeq;
+		ui.progressStatus.textContent = 'Loading…';
+		try {
+			const body = await getJSON('progress?target=' + encodeURIComponent(target));
+			if (seq !== progressSeq) return; // a newer target asked meanwhile
+			const rows = body.groups.map((g) => {
+				const passed = g.threshold !== null && g.threshold !== undefined;
+				const needed = g.labels_needed === undefined ? '–' : String(g.labels_needed);
+				return el('tr', { className: passed ? 'passed' : '', dataset: { model: g.model, type: g.type, question: g.question } },
+					el('td', null, g.model), el('td', null, g.type), el('td', null, g.question || '(all)'),
+					el('td', null, String(g.labels)),
+					// agree/n at the first candidate calibrate tested; none is
+					// tested until enough labels share the top confidences.
+					el('td', null, g.n > 0 ? g.agree + '/' + g.n + ' (' + (100 * g.agree / g.n).toFixed(1) + '%)' : 'too few at the top'),
+					el('td', null, passed ? threshold(g.threshold) : 'none yet'),
+					el('td', null, needed));
+			});
+			ui.groups.tBodies[0].replaceChildren(...rows);
+			ui.groups.hidden = rows.length === 0;
+			ui.progressStatus.textContent = 'Target ' + body.target + ': ' + (rows.length === 0
+				? 'no audited labels yet.'
+				: rows.length + ' group(s); ' + body.ignored + ' label(s) of routine entries do not count.');
+			ui.progressStatus.dataset.target = String(body.target);
+		} catch (e) {
+			if (seq !== progressSeq) return;
+			ui.groups.hidden = true;
+			ui.progressStatus.textContent = 'Progress unavailable: ' + e.message;
+			delete ui.progressStatus.dataset.target;
+		}
 	}
 
 	function onKey(e) {
@@ -383,10 +474,20 @@
 	}
 
 	ui.reviewer.value = storedReviewer();
+	try {
+		ui.target.value = localStorage.getItem(targetKey) || ui.target.value;
+	} catch (e) {
+		// storage off: the default target
+	}
+	ui.target.addEventListener('change', () => {
+		try { localStorage.setItem(targetKey, ui.target.value.trim()); } catch (e) { /* storage off */ }
+		loadProgress();
+	});
 	ui.reviewer.addEventListener('change', () => storeReviewer(ui.reviewer.value.trim()));
 	ui.reload.addEventListener('click', () => { if (!state.busy) load(true); });
 	ui.save.addEventListener('click', save);
 	ui.skip.addEventListener('click', skip);
 	document.addEventListener('keydown', onKey);
 	load(true);
+	loadProgress();
 })();
