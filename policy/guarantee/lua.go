@@ -45,7 +45,6 @@ local function guarantee_update(state, agree, target, threshold, max_bet, gain)
 end
 `
 
-
 // LuaArgs are p's numbers as a script passes them to guarantee_update:
 // target, threshold, max_bet and gain, each written so that Lua's tonumber
 // reads the float64 Go holds.
