@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // Paging of GET /items.
@@ -207,21 +209,32 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		errs.write(w)
 		return
 	}
-	stored := make(map[string]string, len(records))
-	for _, rec := range records {
+	writes := make([]labelWrite, len(records))
+	for i, rec := range records {
 		b, err := json.Marshal(rec)
 		if err != nil { // RawMessages came from json.Unmarshal: valid
 			h.storeFailed(w, "put", err)
 			return
 		}
-		stored[rec.Question] = string(b)
+		writes[i] = labelWrite{question: rec.Question, record: string(b), agree: rec.Agree}
+		if rec.Audit && rec.Route == "auto" {
+			writes[i].group = &guarantee.Group{Model: rec.Model, Type: rec.Type}
+		}
 	}
-	if err := h.store.put(r.Context(), id, stored); err != nil {
+	var monitor *guarantee.Params
+	if h.monitor != nil {
+		monitor = &h.monitor.params
+	}
+	updates, err := h.store.put(r.Context(), id, writes, monitor)
+	if err != nil {
 		h.storeFailed(w, "put", err)
 		return
 	}
 	for _, rec := range records {
 		h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
+	}
+	if h.monitor != nil {
+		h.observed(updates)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -95,17 +95,26 @@ func Fresh(target float64) State {
 	return State{Target: target, Evidence: 1, Curvature: 1}
 }
 
+// At is s as the monitor p reads it: s itself when it runs at p's target,
+// else a fresh process at p's target that keeps s's alarm (the evidence
+// gathered against another target says nothing about this one, and an
+// alarm stays until a reset).
+func (s State) At(p Params) State {
+	if s.Target == p.Target {
+		return s
+	}
+	fresh := Fresh(p.Target)
+	fresh.Alarm = s.Alarm
+	return fresh
+}
+
 // Update returns s after one observation, agree or not, and whether this
 // observation raised the alarm. It is the arithmetic of LuaUpdate, step by
 // step: only +, -, *, / and comparisons, each rounded to float64 on its own
 // (the explicit conversions keep the compiler from fusing a multiply and
 // an add, which Lua does not do), so both compute the same bits.
 func Update(p Params, s State, agree bool) (State, bool) {
-	if s.Target != p.Target {
-		alarm := s.Alarm
-		s = Fresh(p.Target)
-		s.Alarm = alarm
-	}
+	s = s.At(p)
 	x := 0.0
 	if agree {
 		x = 1
