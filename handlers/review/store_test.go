@@ -303,6 +303,7 @@ func TestRequestKinds(t *testing.T) {
 }
 
 func TestUnmarshalCaddyfile(t *testing.T) {
+	t.Setenv("SYSTEMONE_TEST_TARGET", "0.9")
 	for _, tc := range []struct {
 		in   string
 		want Handler
@@ -318,6 +319,17 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{in: "systemone_review {\n stream a\n stream b\n}", err: "duplicate stream"},
 		{in: "systemone_review {\n streams a\n}", err: `unknown subdirective "streams"`},
 		{in: "systemone_review {\n stream a {\n x\n }\n}", err: "takes no block"},
+		{in: "systemone_review {\n monitor 0.95\n}", want: Handler{Monitor: &Monitor{Target: 0.95}}},
+		{in: "systemone_review {\n monitor {env.SYSTEMONE_TEST_TARGET} alpha 0.01\n}", want: Handler{Monitor: &Monitor{Target: 0.9, Alpha: 0.01}}},
+		{in: "systemone_review {\n monitor\n}", err: "wrong argument count"},
+		{in: "systemone_review {\n monitor 1\n}", err: "target 1 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor 0\n}", err: "target 0 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor high\n}", err: `monitor target "high" is not a number`},
+		{in: "systemone_review {\n monitor 0.9 alpha\n}", err: "wrong argument count"},
+		{in: "systemone_review {\n monitor 0.9 alpha 0\n}", err: "alpha 0 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor 0.9 alpha 1.5\n}", err: "alpha 1.5 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor 0.9 beta 0.1\n}", err: "then alpha <a>"},
+		{in: "systemone_review {\n monitor 0.9 alpha 0.1 x\n}", err: "wrong argument count"},
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
@@ -326,7 +338,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
-		case tc.err == "" && (!slices.Equal(h.Redis, tc.want.Redis) || h.KeyPrefix != tc.want.KeyPrefix || h.Stream != tc.want.Stream):
+		case tc.err == "" && (!slices.Equal(h.Redis, tc.want.Redis) || h.KeyPrefix != tc.want.KeyPrefix || h.Stream != tc.want.Stream ||
+			(h.Monitor == nil) != (tc.want.Monitor == nil) || h.Monitor != nil && *h.Monitor != *tc.want.Monitor):
 			t.Errorf("%q: %+v, want %+v", tc.in, h, tc.want)
 		}
 	}
