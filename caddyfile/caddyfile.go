@@ -81,6 +81,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			audit <fraction>
 //			include_content
 //			max_content <size>
+//			on_alarm alert|human
 //		}
 //	}
 //
@@ -89,6 +90,11 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // the Caddyfile is adapted; strings (URLs, keys, file names) keep their
 // placeholders until the config is provisioned, so a secret given as
 // {env.NAME} never appears in the adapted JSON.
+//
+// on_alarm is what a guarantee alarm of the review handler's `monitor`
+// does: alert (default) only alerts; human routes the alarmed (model,
+// type) group's questions human with reason guarantee_alarm until the
+// group is reset, and needs redis and a queue (see route.Config.OnAlarm).
 func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 	d.Next() // the directive name
 	if d.NextArg() {

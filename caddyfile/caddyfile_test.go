@@ -9,6 +9,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/handlers"
 	"github.com/systemone/systemone-gateway/policy/limits"
+	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 func parseString(t *testing.T, input string) (*handlers.Handler, error) {
@@ -99,6 +100,12 @@ func TestUnmarshal(t *testing.T) {
 	if err != nil || !h.PerOrgMetrics || len(h.MetricsOrgs) != 2 || h.MetricsOrgs[0] != "acme" || h.MetricsOrgs[1] != "{env.ORG}" {
 		t.Errorf("per_org_metrics: %+v %v", h, err)
 	}
+	for input, want := range map[string]string{"": "", "on_alarm alert": route.OnAlarmAlert, "on_alarm human": route.OnAlarmHuman} {
+		h, err = parseString(t, "systemone {\n redis redis://r\n route {\n queue s\n "+input+"\n }\n}")
+		if err != nil || h.Route.OnAlarm != want {
+			t.Errorf("%q: on_alarm %q, %v", input, h.Route.OnAlarm, err)
+		}
+	}
 	h, err = parseString(t, "systemone {\n per_org_metrics\n}")
 	if err != nil || !h.PerOrgMetrics || h.MetricsOrgs != nil {
 		t.Errorf("bare per_org_metrics: %+v %v", h, err)
@@ -153,6 +160,9 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n route {\n pin v {\n question q\n }\n }\n}":                                   "wrong argument count",
 		"systemone {\n route {\n pin v {\n question q 0.5\n question q 0.6\n }\n }\n}":              "two thresholds",
 		"systemone {\n route {\n unpinned maybe\n }\n}":                                             "not one of",
+		"systemone {\n route {\n on_alarm page\n }\n}":                                              "not one of",
+		"systemone {\n route {\n on_alarm human\n }\n}":                                             "on_alarm human needs a queue",
+		"systemone {\n route {\n queue s\n on_alarm human\n }\n}":                                   "on_alarm human needs redis",
 		"systemone {\n route {\n queue s maxlen 5 flush\n }\n}":                                     "then maxlen <n>",
 		"systemone {\n route {\n pin v {\n choice -0.1\n }\n }\n}":                                  "threshold -0.1 is outside 0..1",
 		"systemone {\n route {\n queue s\n include_content\n max_content 0\n }\n}":                  "want 1KiB or more",

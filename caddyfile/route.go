@@ -25,6 +25,8 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 			err = parseQueue(d, cfg)
 		case "audit":
 			cfg.Audit, err = fractionArg(d)
+		case "on_alarm":
+			cfg.OnAlarm, err = oneOf(d, route.OnAlarms)
 		case "include_content":
 			if d.NextArg() {
 				return d.ArgErr()

@@ -112,8 +112,9 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	// The contract's five: breaker open, guardrails unavailable, Redis
-	// lost, review agreement falling, budget rejections.
-	for _, want := range []string{"SystemoneBreakerOpen", "SystemoneGuardrailsUnavailable", "SystemoneRedisLost", "SystemoneReviewAgreementLow", "SystemoneBudgetRejections"} {
+	// lost, review agreement falling, budget rejections; and the
+	// guarantee alarm of section 5.
+	for _, want := range []string{"SystemoneBreakerOpen", "SystemoneGuardrailsUnavailable", "SystemoneRedisLost", "SystemoneReviewAgreementLow", "SystemoneBudgetRejections", "SystemoneGuaranteeAlarm"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
 		}

@@ -150,7 +150,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	if h.Route != nil {
-		if h.router, err = route.New(*h.Route, h.redis, h.logger.Named("route")); err != nil {
+		if h.router, err = route.New(*h.Route, h.redis, prefix, h.logger.Named("route")); err != nil {
 			return fmt.Errorf("route: %v", err)
 		}
 	}
@@ -203,6 +203,9 @@ func (h *Handler) Validate() error {
 	}
 	if len(h.MetricsOrgs) > 0 && !h.PerOrgMetrics {
 		return fmt.Errorf("metrics_orgs needs per_org_metrics")
+	}
+	if h.Route != nil && h.Route.OnAlarm == route.OnAlarmHuman && len(h.Redis) == 0 {
+		return fmt.Errorf("on_alarm human needs redis: the alarms are read from the review handler's Redis")
 	}
 	// Placeholders known now ({env.*}) are resolved for the check; the
 	// value is checked again once resolved in Provision.

@@ -12,9 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // Paging of GET /items.
@@ -46,6 +49,9 @@ var (
 const (
 	maxLabelBody   = 1 << 20
 	maxReviewerLen = 200
+	// MaxLabelsPerPut is the most labels one PUT may carry (and never more
+	// than the entry's questions): a larger one is a 422 too_long.
+	MaxLabelsPerPut = 10000
 	// maxScoreTier is the highest tier number the seed allows (at most 10
 	// tiers): the bound of a score label when the entry does not hold the
 	// request's tiers.
@@ -229,16 +235,24 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		errs.write(w)
 		return
 	}
-	stored := make(map[string]string, len(records))
-	for _, rec := range records {
+	writes := make([]labelWrite, len(records))
+	for i, rec := range records {
 		b, err := json.Marshal(rec)
 		if err != nil { // RawMessages came from json.Unmarshal: valid
 			h.storeFailed(w, "put", err)
 			return
 		}
-		stored[rec.Question] = string(b)
+		writes[i] = labelWrite{question: rec.Question, record: string(b), agree: rec.Agree}
+		if rec.Audit && rec.Route == "auto" {
+			writes[i].group = &guarantee.Group{Model: rec.Model, Type: rec.Type}
+		}
 	}
-	if err := h.store.put(r.Context(), id, stored); err != nil {
+	var monitor *guarantee.Params
+	if h.monitor != nil {
+		monitor = &h.monitor.params
+	}
+	updates, err := h.store.put(r.Context(), id, writes, monitor)
+	if err != nil {
 		h.storeFailed(w, "put", err)
 		return
 	}
@@ -246,6 +260,9 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
 	}
 	w.Header().Set("Cache-Control", "no-store") // like every API answer
+	if h.monitor != nil {
+		h.observed(updates)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -254,7 +271,9 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 func parseLabelsBody(raw []byte) (labelsBody, errorList) {
 	var errs errorList
 	var body labelsBody
-	var v any
+	// Syntax only: a RawMessage keeps numbers such as 1e400, which no
+	// float64 holds, for the field's own check.
+	var v json.RawMessage
 	if err := json.Unmarshal(raw, &v); err != nil {
 		// The gateway's own json_invalid: FastAPI's answer to a body that
 		// does not decode.
@@ -286,9 +305,15 @@ func parseLabelsBody(raw []byte) (labelsBody, errorList) {
 	default:
 		if body.labels, ok = members(labels); !ok {
 			errs.add("dict_type", loc("body", "labels"), "Input should be a valid dictionary", labels, nil)
+		} else if len(body.labels) > MaxLabelsPerPut {
+			tooMany(&errs, len(body.labels), MaxLabelsPerPut)
 		}
 	}
-	if !isNull(reviewer) {
+	if !utf8.Valid(raw) {
+		// encoding/json would store U+FFFD in place of the bad bytes.
+		badUTF8(&errs, raw, reviewer, body.labels)
+	}
+	if !isNull(reviewer) && utf8.Valid(reviewer) {
 		if json.Unmarshal(reviewer, &body.reviewer) != nil {
 			errs.add("string_type", loc("body", "reviewer"), "Input should be a valid string", reviewer, nil)
 		} else if n := len([]rune(body.reviewer)); n > maxReviewerLen {
@@ -296,6 +321,43 @@ func parseLabelsBody(raw []byte) (labelsBody, errorList) {
 		}
 	}
 	return body, errs
+}
+
+// tooMany is the 422 of a PUT with more labels than max.
+func tooMany(errs *errorList, n, max int) {
+	errs.add("too_long", loc("body", "labels"),
+		"Dictionary should have at most "+strconv.Itoa(max)+" items after validation, not "+strconv.Itoa(n),
+		json.RawMessage(`{}`), map[string]any{"field_type": "Dictionary", "max_length": max, "actual_length": n})
+}
+
+// badUTF8 reports the places of a body that is not valid UTF-8: the
+// reviewer or a label value (string_unicode, as pydantic names it), else
+// json_invalid at the first bad byte (a question id, an unknown field).
+func badUTF8(errs *errorList, raw, reviewer json.RawMessage, labels []member) {
+	const msg = "Input should be a valid string, unable to parse raw data as a unicode string"
+	found := false
+	if !utf8.Valid(reviewer) {
+		errs.add("string_unicode", loc("body", "reviewer"), msg, jsonString(strings.ToValidUTF8(string(reviewer), "\uFFFD")), nil)
+		found = true
+	}
+	for _, m := range labels {
+		if !utf8.Valid(m.value) {
+			errs.add("string_unicode", loc("body", "labels", strings.ToValidUTF8(m.key, "\uFFFD")), msg, jsonString(strings.ToValidUTF8(string(m.value), "\uFFFD")), nil)
+			found = true
+		}
+	}
+	if found {
+		return
+	}
+	pos := 0
+	for pos < len(raw) {
+		r, size := utf8.DecodeRune(raw[pos:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		pos += size
+	}
+	errs.add("json_invalid", []any{"body", pos}, "JSON decode error", json.RawMessage("{}"), map[string]any{"error": "invalid UTF-8"})
 }
 
 // kind is what a stored request says of a question's labels: the choice
@@ -346,10 +408,22 @@ func requestKinds(request *string) map[string]kind {
 // record of each.
 func (e *entry) records(body labelsBody, kinds map[string]kind, ts string) ([]record, errorList) {
 	var errs errorList
+	if len(body.labels) > len(e.questions) {
+		tooMany(&errs, len(body.labels), len(e.questions))
+		return nil, errs
+	}
+	// One pass to index the questions: a lookup per label would make a
+	// PUT quadratic in the entry's question count.
+	byID := make(map[string]*question, len(e.questions))
+	for i := range e.questions {
+		if _, dup := byID[e.questions[i].ID]; !dup { // the first, as find
+			byID[e.questions[i].ID] = &e.questions[i]
+		}
+	}
 	out := make([]record, 0, len(body.labels))
 	for _, m := range body.labels {
 		where := loc("body", "labels", m.key)
-		q := e.find(m.key)
+		q := byID[m.key]
 		if q == nil {
 			errs.add("extra_forbidden", where, "Unknown question: the entry has no question with this id", m.value, nil)
 			continue
@@ -397,7 +471,11 @@ func checkLabel(errs *errorList, where []any, typ string, v json.RawMessage, k k
 	case "score":
 		var f float64
 		if !isNumber(v, &f) {
-			errs.add("int_type", where, "Input should be a valid integer", v, nil)
+			if isNumberSyntax(v) { // beyond float64, such as 1e400
+				errs.add("finite_number", where, "Input should be a finite number", v, nil)
+			} else {
+				errs.add("int_type", where, "Input should be a valid integer", v, nil)
+			}
 			return nil, false
 		}
 		last := maxScoreTier
@@ -418,6 +496,12 @@ func checkLabel(errs *errorList, where []any, typ string, v json.RawMessage, k k
 	}
 	errs.add("value_error", where, "Value error, the question's type "+strconv.Quote(typ)+" takes no label", v, nil)
 	return nil, false
+}
+
+// isNumberSyntax reports whether raw is a JSON number, whatever its size.
+func isNumberSyntax(raw json.RawMessage) bool {
+	var n json.Number
+	return len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') && json.Unmarshal(raw, &n) == nil
 }
 
 func contains(list []string, s string) bool {

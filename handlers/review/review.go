@@ -57,8 +57,11 @@ type Handler struct {
 	// Stream is the review stream the gateway's `queue` writes to, named
 	// exactly as there. Required.
 	Stream string `json:"stream,omitempty"`
+	// Monitor watches the guarantee live (see Monitor). Default off.
+	Monitor *Monitor `json:"monitor,omitempty"`
 
 	logger  *zap.Logger
+	monitor *guaranteeMonitor // nil without Monitor
 	store   *store
 	labels  *prometheus.CounterVec
 	release func() error
@@ -115,6 +118,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.release = release
 	h.store = newStore(client, prefix, stream)
+	if h.Monitor != nil {
+		if err := h.startMonitor(ctx.GetMetricsRegistry()); err != nil {
+			return fmt.Errorf("monitor: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -123,6 +131,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // still finish their requests, and a label being written must not meet a
 // closed client.
 func (h *Handler) Cleanup() error {
+	if h.monitor != nil {
+		h.monitor.close()
+	}
 	h.gate.Retire(func() {
 		if h.release == nil {
 			return
@@ -161,6 +172,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		if allow(w, r, http.MethodGet) {
 			h.serveProgress(w, r)
 		}
+	case p == "/guarantee" || strings.HasPrefix(p, "/guarantee/"):
+		h.serveGuarantee(w, r)
 	case strings.HasPrefix(p, "/items/"):
 		rest := p[len("/items/"):]
 		if id, ok := strings.CutSuffix(rest, "/labels"); ok && id != "" && !strings.Contains(id, "/") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/systemone/systemone-gateway/policy/guarantee"
 	"github.com/systemone/systemone-gateway/policy/route"
 )
 
@@ -35,10 +36,12 @@ import (
 // and the export pages with a cursor, in bounded batches, without
 // HSCAN's unordered walk.
 //
-// Both keys of a write carry the stream name as a Redis Cluster hash tag,
-// {<stream>}, so they live in one slot and a label write is one MULTI/EXEC
-// (atomic: an entry is never indexed without its labels or the reverse),
-// on a cluster as on one server. The stream key itself is the gateway's and
+// Every key of a write carries the stream name as a Redis Cluster hash tag,
+// {<stream>}, so they live in one slot and a label write is one script
+// (atomic: an entry is never indexed without its labels or the reverse,
+// nor a label stored without the guarantee observation it makes), on a
+// cluster as on one server. The guarantee monitor's state and alarm set
+// (package guarantee) sit under the same tag. The stream key itself is the gateway's and
 // may sit in any slot: it is only read, never in a transaction.
 
 // store keeps labels in Redis and reads the review stream. Each round trip
@@ -48,11 +51,18 @@ type store struct {
 	stream  string
 	content string // the stream's content stream
 	base    string // "<prefix>review:{<stream>}:"
-	timeout time.Duration
+	// stateKey and alarmKey are the guarantee monitor's (package
+	// guarantee), under the same hash tag as the labels.
+	stateKey, alarmKey string
+	timeout            time.Duration
 }
 
 func newStore(client redis.UniversalClient, prefix, stream string) *store {
-	return &store{client: client, stream: stream, content: route.ContentStream(stream), base: prefix + "review:{" + stream + "}:", timeout: storeTimeout}
+	return &store{
+		client: client, stream: stream, content: route.ContentStream(stream),
+		base: prefix + "review:{" + stream + "}:", timeout: storeTimeout,
+		stateKey: guarantee.StateKey(prefix, stream), alarmKey: guarantee.AlarmKey(prefix, stream),
+	}
 }
 
 func (s *store) indexKey() string          { return s.base + "labeled" }
@@ -173,25 +183,113 @@ func (s *store) labels(ctx context.Context, ids []string) ([]map[string]string, 
 	return out, nil
 }
 
-// put stores the label records of entry id (question id -> record),
-// replacing those of the same questions and keeping the others, and
-// indexes the entry, in one transaction.
-func (s *store) put(ctx context.Context, id streamID, records map[string]string) error {
-	if len(records) == 0 {
-		return nil
+// labelWrite is one label record to store, and the observation it makes
+// for the guarantee monitor when it is the question's first label.
+type labelWrite struct {
+	question, record string
+	// group is the (model, type) group whose process the label feeds,
+	// when its entry was drawn by audit and its question routed auto;
+	// nil otherwise.
+	group *guarantee.Group
+	agree bool
+}
+
+// groupUpdate is a group's state after a put that observed it, and
+// whether the put raised its alarm.
+type groupUpdate struct {
+	group  guarantee.Group
+	state  guarantee.State
+	raised bool
+}
+
+// putScript stores the label records of one entry (HSET, replacing those
+// of the same questions), indexes the entry, and, for each label that is
+// its question's first (HSET added the field) and makes an observation,
+// updates its group's e-process and alarm set: one script, so a label is
+// never stored without its observation or the reverse, and two reviewers
+// labelling the same question at once make one observation, not two.
+//
+//	KEYS: entry hash, labeled index, guarantee state hash, alarm set
+//	ARGV: index member, monitor on (1|0), guarantee.LuaArgs (4), then per
+//	      label: question id, record, group member ("" for none), agree (1|0)
+//
+// It returns, per group observed: member, final state, raised (1|0).
+var putScript = redis.NewScript(guarantee.LuaUpdate + `
+local on = ARGV[2] == '1'
+local target, threshold, max_bet, gain = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local states, raised, order = {}, {}, {}
+for i = 7, #ARGV, 4 do
+  local added = redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  local group = ARGV[i + 2]
+  if added == 1 and on and group ~= '' then
+    if states[group] == nil then
+      states[group] = redis.call('HGET', KEYS[3], group)
+      order[#order + 1] = group
+    end
+    local r
+    states[group], r = guarantee_update(states[group], ARGV[i + 3] == '1', target, threshold, max_bet, gain)
+    if r then raised[group] = true end
+  end
+end
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+local out = {}
+for _, group in ipairs(order) do
+  redis.call('HSET', KEYS[3], group, states[group])
+  local r = '0'
+  if raised[group] then
+    redis.call('SADD', KEYS[4], group)
+    r = '1'
+  end
+  out[#out + 1] = group
+  out[#out + 1] = states[group]
+  out[#out + 1] = r
+end
+return out
+`)
+
+// put stores the label records of entry id in the order given, replacing
+// those of the same questions and keeping the others, indexes the entry,
+// and with monitor (nil: off) feeds each first label's observation to its
+// group, in one script. It returns the groups observed.
+func (s *store) put(ctx context.Context, id streamID, writes []labelWrite, monitor *guarantee.Params) ([]groupUpdate, error) {
+	if len(writes) == 0 {
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	fields := make([]string, 0, 2*len(records))
-	for q, rec := range records {
-		fields = append(fields, q, rec)
+	args := make([]any, 0, 6+4*len(writes))
+	args = append(args, id.member(), "0", "", "", "", "")
+	if monitor != nil {
+		args[1] = "1"
+		for i, v := range guarantee.LuaArgs(*monitor) {
+			args[2+i] = v
+		}
 	}
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.entryKey(id.String()), fields)
-		p.ZAdd(ctx, s.indexKey(), redis.Z{Score: 0, Member: id.member()})
-		return nil
-	})
-	return err
+	for _, w := range writes {
+		group, agree := "", "0"
+		if w.group != nil {
+			group = w.group.Member()
+		}
+		if w.agree {
+			agree = "1"
+		}
+		args = append(args, w.question, w.record, group, agree)
+	}
+	keys := []string{s.entryKey(id.String()), s.indexKey(), s.stateKey, s.alarmKey}
+	out, err := putScript.Run(ctx, s.client, keys, args...).StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	updates := make([]groupUpdate, 0, len(out)/3)
+	for i := 0; i+2 < len(out); i += 3 {
+		g, ok := guarantee.ParseMember(out[i])
+		st, err := guarantee.Decode(out[i+1])
+		if !ok || err != nil {
+			return nil, fmt.Errorf("guarantee state of %q: %v", out[i], err)
+		}
+		updates = append(updates, groupUpdate{group: g, state: st, raised: out[i+2] == "1"})
+	}
+	return updates, nil
 }
 
 // errStop ends an export early without an error.

@@ -3,6 +3,7 @@ package review
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 func testStore(t *testing.T) (*store, redis.UniversalClient) {
@@ -51,9 +53,19 @@ func exportAll(t *testing.T, s *store, batch int64) ([]string, []int) {
 	return out, sizes
 }
 
+// putMap stores records, in question id order, without the monitor.
+func putMap(s *store, id streamID, records map[string]string) error {
+	var writes []labelWrite
+	for _, q := range slices.Sorted(maps.Keys(records)) {
+		writes = append(writes, labelWrite{question: q, record: records[q]})
+	}
+	_, err := s.put(context.Background(), id, writes, nil)
+	return err
+}
+
 func TestStoreKeys(t *testing.T) {
 	s, client := testStore(t)
-	if err := s.put(context.Background(), mustID(t, "1700000000000-3"), map[string]string{"q": `{"x":1}`}); err != nil {
+	if err := putMap(s, mustID(t, "1700000000000-3"), map[string]string{"q": `{"x":1}`}); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := client.Keys(context.Background(), "*").Result()
@@ -88,7 +100,7 @@ func TestStoreExportOrderAndReplace(t *testing.T) {
 		{"2-0", map[string]string{"b": "2-0/b2"}}, // replaces b, keeps a
 	}
 	for _, p := range puts {
-		if err := s.put(ctx, mustID(t, p.id), p.records); err != nil {
+		if err := putMap(s, mustID(t, p.id), p.records); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,11 +141,22 @@ func TestStoreCluster(t *testing.T) {
 	s := newStore(client, "systemone:", "review:human")
 	ctx := context.Background()
 	for _, id := range []string{"5-0", "1-0", "3-0"} {
-		if err := s.put(ctx, mustID(t, id), map[string]string{"q": id}); err != nil {
+		if err := putMap(s, mustID(t, id), map[string]string{"q": id}); err != nil {
 			t.Fatalf("put on a cluster: %v", err)
 		}
 	}
-	if got, _ := exportAll(t, s, 2); !slices.Equal(got, []string{"1-0", "3-0", "5-0"}) {
+	// With the monitor, the script also writes the state hash and the
+	// alarm set: same slot.
+	params := &guarantee.Params{Target: 0.99, Alpha: 0.5}
+	g := &guarantee.Group{Model: "m", Type: "noul"}
+	updates, err := s.put(ctx, mustID(t, "9-0"), []labelWrite{{question: "a", record: "9-0/a", group: g}, {question: "b", record: "9-0/b", group: g}}, params)
+	if err != nil || len(updates) != 1 || updates[0].state.Labels != 2 || !updates[0].raised {
+		t.Fatalf("put with the monitor on a cluster: %+v, %v", updates, err)
+	}
+	if n, err := client.SCard(ctx, s.alarmKey).Result(); err != nil || n != 1 {
+		t.Errorf("alarm set on a cluster: %d, %v", n, err)
+	}
+	if got, _ := exportAll(t, s, 2); !slices.Equal(got, []string{"1-0", "3-0", "5-0", "9-0/a", "9-0/b"}) {
 		t.Errorf("export %q", got)
 	}
 	// The stream may live in any slot: reads of it are single-key.
@@ -280,6 +303,7 @@ func TestRequestKinds(t *testing.T) {
 }
 
 func TestUnmarshalCaddyfile(t *testing.T) {
+	t.Setenv("SYSTEMONE_TEST_TARGET", "0.9")
 	for _, tc := range []struct {
 		in   string
 		want Handler
@@ -295,6 +319,17 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{in: "systemone_review {\n stream a\n stream b\n}", err: "duplicate stream"},
 		{in: "systemone_review {\n streams a\n}", err: `unknown subdirective "streams"`},
 		{in: "systemone_review {\n stream a {\n x\n }\n}", err: "takes no block"},
+		{in: "systemone_review {\n monitor 0.95\n}", want: Handler{Monitor: &Monitor{Target: 0.95}}},
+		{in: "systemone_review {\n monitor {env.SYSTEMONE_TEST_TARGET} alpha 0.01\n}", want: Handler{Monitor: &Monitor{Target: 0.9, Alpha: 0.01}}},
+		{in: "systemone_review {\n monitor\n}", err: "wrong argument count"},
+		{in: "systemone_review {\n monitor 1\n}", err: "target 1 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor 0\n}", err: "target 0 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor high\n}", err: `monitor target "high" is not a number`},
+		{in: "systemone_review {\n monitor 0.9 alpha\n}", err: "wrong argument count"},
+		{in: "systemone_review {\n monitor 0.9 alpha 0\n}", err: "alpha 0 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor 0.9 alpha 1.5\n}", err: "alpha 1.5 is outside (0, 1)"},
+		{in: "systemone_review {\n monitor 0.9 beta 0.1\n}", err: "then alpha <a>"},
+		{in: "systemone_review {\n monitor 0.9 alpha 0.1 x\n}", err: "wrong argument count"},
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
@@ -303,7 +338,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
-		case tc.err == "" && (!slices.Equal(h.Redis, tc.want.Redis) || h.KeyPrefix != tc.want.KeyPrefix || h.Stream != tc.want.Stream):
+		case tc.err == "" && (!slices.Equal(h.Redis, tc.want.Redis) || h.KeyPrefix != tc.want.KeyPrefix || h.Stream != tc.want.Stream ||
+			(h.Monitor == nil) != (tc.want.Monitor == nil) || h.Monitor != nil && *h.Monitor != *tc.want.Monitor):
 			t.Errorf("%q: %+v, want %+v", tc.in, h, tc.want)
 		}
 	}
@@ -323,7 +359,7 @@ func TestListScanBudget(t *testing.T) {
 		}
 		entries = append(entries, id)
 		if i < 6 {
-			if err := s.put(ctx, mustID(t, id), map[string]string{"q": `{"label":true}`}); err != nil {
+			if err := putMap(s, mustID(t, id), map[string]string{"q": `{"label":true}`}); err != nil {
 				t.Fatal(err)
 			}
 		}

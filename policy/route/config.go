@@ -41,6 +41,15 @@ type Config struct {
 	// `content_too_large`. Default DefaultMaxContent (512 KiB); at least
 	// 1 KiB. Needs IncludeContent.
 	MaxContent int64 `json:"max_content,omitempty"`
+	// OnAlarm is what a guarantee alarm of the review handler's `monitor`
+	// does here: "alert" (default) leaves routing to the thresholds (the
+	// alarm is a log entry, metrics and an alert), "human" routes the
+	// questions of every (model, type) group in alarm human with reason
+	// guarantee_alarm until the group is reset. human needs Queue and the
+	// handler's redis: the gateway reads the alarm set the review handler
+	// keeps for the queue's stream under the same key_prefix, every
+	// AlarmRefresh (2s), never on the request path.
+	OnAlarm string `json:"on_alarm,omitempty"`
 }
 
 // DefaultMaxContent is what Config.MaxContent defaults to: 512 KiB, about
@@ -120,7 +129,13 @@ func (c Config) Validate() error {
 	if !inUnit(c.Audit) {
 		return fmt.Errorf("audit %v is outside 0..1", c.Audit)
 	}
+	if c.OnAlarm != "" && !slices.Contains(OnAlarms, c.OnAlarm) {
+		return fmt.Errorf("on_alarm must be %q or %q, not %q", OnAlarmAlert, OnAlarmHuman, c.OnAlarm)
+	}
 	if c.Queue == nil {
+		if c.OnAlarm == OnAlarmHuman {
+			return errors.New("on_alarm human needs a queue: the review handler keeps the alarms of the queue's stream")
+		}
 		// Both would silently do nothing: say so at load time instead.
 		if c.Audit > 0 {
 			return errors.New("audit needs a queue to write the drawn entries to")

@@ -183,6 +183,9 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 // An Enqueue after Close still writes, without Close waiting for it: it
 // can only come from a request that reached the config after its release.
 func (r *Router) Close() {
+	if r.alarms != nil {
+		r.alarms.close()
+	}
 	q := r.queue
 	if q == nil {
 		return

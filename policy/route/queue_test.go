@@ -38,7 +38,7 @@ func routerOn(t *testing.T, client redis.UniversalClient, q Queue) (*Router, *ob
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := testConfig()
 	cfg.Queue = &q
-	r, err := New(cfg, client, zap.New(core))
+	r, err := New(cfg, client, "systemone:", zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestEnqueueIncludeContent(t *testing.T) {
 	cfg := testConfig()
 	cfg.Queue = &Queue{Stream: "review"}
 	cfg.IncludeContent = true
-	r, err := New(cfg, client, nil)
+	r, err := New(cfg, client, "systemone:", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestEnqueueMaxContent(t *testing.T) {
 	cfg.Queue = &Queue{Stream: "review"}
 	cfg.IncludeContent = true
 	cfg.MaxContent = 2048
-	r, err := New(cfg, client, nil)
+	r, err := New(cfg, client, "systemone:", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

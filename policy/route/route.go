@@ -6,6 +6,7 @@ package route
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // Routes of a question and of a response.
@@ -28,9 +30,11 @@ var Routes = []string{RouteHuman, RouteAuto}
 
 // Reasons of a Decision. When several causes force a human, the reported one
 // is the first of: ReasonUnreadableResponse, ReasonUnpinnedVersion,
-// ReasonGuardrailsUnavailable, ReasonGuardrailsReview, ReasonNoThreshold,
-// ReasonLowConfidence. That is, the causes that say nothing about the
-// answers themselves come first, because they make the confidences moot.
+// ReasonGuardrailsUnavailable, ReasonGuardrailsReview, ReasonGuaranteeAlarm,
+// ReasonNoThreshold, ReasonLowConfidence. That is, the causes that say
+// nothing about the answers themselves come first, because they make the
+// confidences moot; an alarm comes before the thresholds, since it says
+// they no longer hold.
 const (
 	// ReasonConfident: every question is at or above its threshold.
 	ReasonConfident = "confident"
@@ -46,6 +50,10 @@ const (
 	// ReasonGuardrailsUnavailable: the guardrails check failed and the request
 	// went through unchecked.
 	ReasonGuardrailsUnavailable = "guardrails_unavailable"
+	// ReasonGuaranteeAlarm: with `on_alarm human`, the (model, type) group
+	// of a question is in guarantee alarm (its auto answers were found to
+	// agree with reviewers less than the target), even with `unpinned auto`.
+	ReasonGuaranteeAlarm = "guarantee_alarm"
 	// ReasonUnreadableResponse: the body is not a complete answer set for the
 	// request's questions (not JSON, over the buffering bound, an answer
 	// missing or of the wrong type, a confidence outside 0..1, no model).
@@ -58,6 +66,7 @@ type Router struct {
 	unpinnedAuto bool
 	queue        *queue // nil without a configured queue
 	audit        float64
+	alarms       *alarmWatch // nil unless on_alarm human
 
 	// rng draws the audit sample. A source per Router, not the global
 	// one, so a test can seed it; math/rand/v2 sources are not safe for
@@ -79,12 +88,21 @@ type StreamWriter interface {
 	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
 }
 
+// Store is the part of a go-redis client a Router uses: the queue's writes
+// and the guarantee alarm watch's reads.
+type Store interface {
+	StreamWriter
+	AlarmReader
+}
+
 // New resolves placeholders in cfg's names (versions, question ids, the
 // stream), validates it and returns its Router. client is the handler's Redis
-// client: required when cfg.Queue is set, ignored otherwise; the caller keeps
-// owning it. A nil logger discards the queue's logs. The audit draw is
-// seeded at random.
-func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
+// client: required when cfg.Queue is set or OnAlarm is human, ignored
+// otherwise; the caller keeps owning it. prefix is the handler's key_prefix,
+// under which the review handler keeps the alarm set of the queue's stream
+// (guarantee.AlarmKey). A nil logger discards the queue's and the watch's
+// logs. The audit draw is seeded at random. Close stops what New starts.
+func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, error) {
 	cfg = cfg.replaced(caddy.NewReplacer())
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -112,6 +130,12 @@ func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
 			return nil, fmt.Errorf("queue %q needs the systemone block's redis", q.Stream)
 		}
 		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, cfg.MaxContent, client, logger)
+	}
+	if cfg.OnAlarm == OnAlarmHuman {
+		if client == nil {
+			return nil, errors.New("on_alarm human needs the systemone block's redis (where the review handler keeps its alarms)")
+		}
+		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), logger)
 	}
 	return r, nil
 }
@@ -207,6 +231,15 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 			low = true
 		}
 	}
+	alarmed := false
+	if r.alarms != nil && d.Model != "" && r.alarms.any() {
+		for i := range d.Questions {
+			q := &d.Questions[i]
+			if r.alarms.alarmed(d.Model, q.Type) {
+				q.Route, alarmed = RouteHuman, true
+			}
+		}
+	}
 	if readable && len(d.Questions) > 0 {
 		d.MinConfidence, d.HasMinConfidence = d.Questions[0].Confidence, true
 		for _, q := range d.Questions[1:] {
@@ -224,6 +257,8 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 		d.Reason = ReasonGuardrailsUnavailable
 	case signal.GuardrailsReview:
 		d.Reason = ReasonGuardrailsReview
+	case alarmed:
+		d.Reason = ReasonGuaranteeAlarm
 	case p == nil:
 		d.Route, d.Reason = RouteAuto, ReasonUnpinnedVersion
 	case noThreshold:

@@ -27,7 +27,7 @@ func testConfig() Config {
 
 func newRouter(t testing.TB, cfg Config) *Router {
 	t.Helper()
-	r, err := New(cfg, nil, nil)
+	r, err := New(cfg, nil, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(tt.cfg, nil, nil)
+			_, err := New(tt.cfg, nil, "", nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
@@ -457,7 +457,7 @@ func TestNewValidates(t *testing.T) {
 		{Unpinned: "human"},
 		{Pins: []Pin{{Version: "v", Noul: ptr(0), Choice: ptr(1), Questions: map[string]float64{"": 0.5}}}},
 	} {
-		if _, err := New(cfg, nil, nil); err != nil {
+		if _, err := New(cfg, nil, "", nil); err != nil {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}
 	}

@@ -1,0 +1,136 @@
+package route
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/policy/guarantee"
+)
+
+// waitRoute decides on body until its reason is want, or fails after 5s:
+// the watch reads the alarm set on its own timer.
+func waitRoute(t *testing.T, r *Router, body []byte, want string) Decision {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d := decideBody(r, mixed, body, Signal{})
+		if d.Reason == want {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reason %q (%s), want %q", d.Reason, routes(d), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With on_alarm human, the questions of an alarmed (model, type) group
+// route human with reason guarantee_alarm, the others by their
+// thresholds, ahead of no_threshold and of unpinned auto; removing the
+// group from the set brings auto back, and a Redis that cannot be read
+// keeps the last known alarms.
+func TestOnAlarmHuman(t *testing.T) {
+	defer func(d time.Duration) { AlarmRefresh = d }(AlarmRefresh)
+	AlarmRefresh = 10 * time.Millisecond
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	key := guarantee.AlarmKey("gw:", "review:s")
+	if key != "gw:review:{review:s}:alarms" {
+		t.Fatalf("alarm key %q", key)
+	}
+
+	cfg := testConfig()
+	cfg.Queue = &Queue{Stream: "review:s"}
+	cfg.OnAlarm = OnAlarmHuman
+	cfg.Unpinned = RouteAuto
+	core, logs := observer.New(zap.InfoLevel)
+	r, err := New(cfg, client, "gw:", zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+
+	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
+	if d := decideBody(r, mixed, confident, Signal{}); d.Route != RouteAuto || d.Reason != ReasonConfident {
+		t.Fatalf("before any alarm: %s %s", d.Route, d.Reason)
+	}
+	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := waitRoute(t, r, confident, ReasonGuaranteeAlarm)
+	if d.Route != RouteHuman || routes(d) != "yes=auto pick=human rate=auto" {
+		t.Errorf("alarmed choice group: %s %s", d.Route, routes(d))
+	}
+	// Another version's questions are not that group's.
+	other := body("service-2.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
+	if d := decideBody(r, mixed, other, Signal{}); d.Route != RouteAuto || d.Reason != ReasonUnpinnedVersion {
+		t.Errorf("unalarmed unpinned version: %s %s", d.Route, d.Reason)
+	}
+	// An alarm overrides unpinned auto too.
+	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-2.0.0", Type: "noul"}.Member()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d = waitRoute(t, r, other, ReasonGuaranteeAlarm)
+	if routes(d) != "yes=human pick=auto rate=auto" {
+		t.Errorf("alarmed unpinned noul: %s", routes(d))
+	}
+	// It comes before no_threshold (service-0.9.0 has only a choice
+	// threshold) and after the guardrails.
+	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-0.9.0", Type: "choice"}.Member()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old := body("service-0.9.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
+	waitRoute(t, r, old, ReasonGuaranteeAlarm)
+	if d := decideBody(r, mixed, old, Signal{GuardrailsReview: true}); d.Reason != ReasonGuardrailsReview {
+		t.Errorf("guardrails review and an alarm: %s", d.Reason)
+	}
+
+	// Redis gone: the alarms stay.
+	srv.Stop()
+	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("guarantee alarms unreadable; keeping the last known").Len() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("a failed read was not logged")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := decideBody(r, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeAlarm {
+		t.Errorf("Redis down: %s, want the last known alarm kept", d.Reason)
+	}
+	srv.Restart()
+	// A restarted Redis without persistence has an empty set: auto again.
+	waitRoute(t, r, confident, ReasonConfident)
+	if logs.FilterMessage("guarantee alarms unreadable; keeping the last known").Len() != 1 ||
+		logs.FilterMessage("guarantee alarms readable again").Len() != 1 {
+		t.Errorf("state change logs: %v", logs.All())
+	}
+	if n := logs.FilterMessage("guarantee alarm: routing the group human").Len(); n != 3 {
+		t.Errorf("%d alarm logs, want one per group (3)", n)
+	}
+}
+
+// Without on_alarm human nothing is read: an alarm only alerts.
+func TestOnAlarmAlert(t *testing.T) {
+	cfg := testConfig()
+	cfg.Queue = &Queue{Stream: "s"}
+	cfg.OnAlarm = OnAlarmAlert
+	r, err := New(cfg, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.alarms != nil {
+		t.Error("on_alarm alert watches alarms")
+	}
+	cfg.OnAlarm = OnAlarmHuman
+	if _, err := New(cfg, nil, "", nil); err == nil {
+		t.Error("on_alarm human without redis accepted")
+	}
+}
