@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -85,6 +86,12 @@ func run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(res.Groups) == 0 {
+		// Nothing a guarantee can stand on: an error, so that a script
+		// never pastes an empty result.
+		return fmt.Errorf("no audited labels in %s (%d lines, %d not audited): nothing to calibrate; set route { audit <fraction> } and label audited entries",
+			sourceName(args[0]), len(lines), res.Ignored)
+	}
 	for _, note := range res.Notes {
 		fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
 	}
@@ -95,12 +102,20 @@ func run(cmd *cobra.Command, args []string) error {
 	if err := WriteTable(out, res); err != nil {
 		return err
 	}
-	if len(res.Groups) == 0 {
-		_, err := fmt.Fprintln(out, "\nno audited labels: nothing to calibrate")
-		return err
-	}
 	if _, err := fmt.Fprintln(out); err != nil {
 		return err
 	}
 	return WriteFragment(out, res)
+}
+
+// sourceName names a labels source in a message: standard input, or the
+// path or URL with any password masked.
+func sourceName(src string) string {
+	if src == "-" {
+		return "standard input"
+	}
+	if u, err := url.Parse(src); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return src
 }

@@ -52,20 +52,22 @@ type groupJSON struct {
 	Threshold  *float64 `json:"threshold"`
 	Agree      int      `json:"agree"`
 	N          int      `json:"n"`
-	LowerBound float64  `json:"lower_bound"`
-	Coverage   float64  `json:"coverage"`
+	LowerBound   float64  `json:"lower_bound"`
+	Coverage     float64  `json:"coverage"`
+	LabelsNeeded int      `json:"labels_needed"`
 }
 
 // MarshalJSON writes the contract's `--json` document: {"target", "delta",
 // "ignored", "groups": [{"model", "type", "question", "labels",
-// "threshold", "agree", "n", "lower_bound", "coverage"}]}, with an
-// unrounded threshold, or null. Notes are not part of it.
+// "threshold", "agree", "n", "lower_bound", "coverage", "labels_needed"}]},
+// with an unrounded threshold, or null. Notes are not part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
 	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Labels: g.Labels,
 			Agree: g.Agree, N: g.N, LowerBound: g.LowerBound, Coverage: g.Coverage,
+			LabelsNeeded: g.LabelsNeeded,
 		}
 		if g.HasThreshold {
 			gj.Threshold = &g.Threshold
@@ -85,9 +87,10 @@ func WriteJSON(w io.Writer, r Result) error {
 
 // WriteTable writes a summary line and a table: model, type, question ("-"
 // for a type group), labels used, threshold (as the fragment writes it) or
-// "none", agreement k/n, lower bound and coverage. Without a threshold, k/n
-// and the bound are those of the first candidate tested, "-" when none
-// was (too few lines with a confidence).
+// "none", agreement k/n, lower bound, coverage and NEED (labels_needed).
+// Without a threshold, k/n and the bound are those of the first candidate
+// tested, "-" when none was (too few lines with a confidence). Under the
+// table, one line per group without a threshold says why it has none.
 func WriteTable(w io.Writer, r Result) error {
 	bw := bufio.NewWriter(w)
 	used := 0
@@ -97,28 +100,64 @@ func WriteTable(w io.Writer, r Result) error {
 	fmt.Fprintf(bw, "target %v, delta %v: %d audited labels used, %d not audited (ignored)\n\n",
 		r.Target, r.Delta, used, r.Ignored)
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tTYPE\tQUESTION\tLABELS\tTHRESHOLD\tAGREE\tLB\tCOVERAGE")
+	fmt.Fprintln(tw, "MODEL\tTYPE\tQUESTION\tLABELS\tTHRESHOLD\tAGREE\tLB\tCOVERAGE\tNEED")
+	var why []string
 	for _, g := range r.Groups {
-		question := "-"
-		if g.Question != "" {
-			question = display(g.Question)
-		}
 		threshold, agree, lb, coverage := "none", "-", "-", "-"
 		if g.HasThreshold {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
+		} else {
+			why = append(why, whyLine(g, r.Target, r.Delta))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
 			lb = fmt.Sprintf("%.4f", g.LowerBound)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			display(g.Model), g.Type, question, g.Labels, threshold, agree, lb, coverage)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n",
+			display(g.Model), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(why) > 0 {
+		fmt.Fprintln(bw)
+		for _, line := range why {
+			fmt.Fprintln(bw, line)
+		}
+		fmt.Fprintln(bw, "NEED: more audited labels that would give a threshold, if all agreed and all were at the group's highest confidence.")
+	}
 	return bw.Flush()
+}
+
+func groupQuestion(g Group) string {
+	if g.Question == "" {
+		return "-"
+	}
+	return display(g.Question)
+}
+
+// whyLine says, for a group without a threshold, why the walk found none,
+// with the agreement seen so far.
+func whyLine(g Group, target, delta float64) string {
+	name := display(g.Model) + " " + g.Type
+	if g.Question != "" {
+		name += " question " + display(g.Question)
+	}
+	if g.Why == WhyBelowTarget {
+		return fmt.Sprintf("%s: no threshold: the first candidate tested (confidence %s, %d lines) has a lower bound of %.4f, below the target %v; agreement there %d/%d",
+			name, strconv.FormatFloat(g.Start, 'f', -1, 64), g.N, g.LowerBound, target, g.Agree, g.N)
+	}
+	if g.Scored == 0 {
+		what := "no labels yet"
+		if g.Labels > 0 {
+			what = "no labelled line has a confidence"
+		}
+		return fmt.Sprintf("%s: no threshold: %s; the top candidate needs %d lines (target %v, delta %v)",
+			name, what, MinLines(target, delta), target, delta)
+	}
+	return fmt.Sprintf("%s: no threshold: too few lines, %d with a confidence, where the top candidate needs %d (target %v, delta %v); agreement so far %d/%d",
+		name, g.Scored, MinLines(target, delta), target, delta, g.ScoredAgree, g.Scored)
 }
 
 // display shows an id in the table: as is when it is plain, else quoted, so

@@ -164,7 +164,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	nulls := 0
 	for _, g := range groups {
-		if got := keys(g); got != "agree coverage labels lower_bound model n question threshold type" {
+		if got := keys(g); got != "agree coverage labels labels_needed lower_bound model n question threshold type" {
 			t.Errorf("group fields: %s", got)
 		}
 		if g["threshold"] == nil {
@@ -285,10 +285,18 @@ func TestCommandNotes(t *testing.T) {
 	if strings.Contains(out, "question x") {
 		t.Errorf("x has a question line though it has two types:\n%s", out)
 	}
-	// Nothing audited: said so, no fragment.
-	out, _, err = runCommand(t, strings.NewReader(strings.ReplaceAll(in, `"audit":true`, `"audit":false`)), "--target", "0.5", "-")
-	if err != nil || !strings.Contains(out, "4 not audited (ignored)") || !strings.Contains(out, "nothing to calibrate") || strings.Contains(out, "route {") {
-		t.Errorf("nothing audited: %v\n%s", err, out)
+	// Nothing audited: said so, nothing printed, an error (exit status 1),
+	// in both output modes.
+	for _, mode := range [][]string{nil, {"--json"}} {
+		args := append(mode, "--target", "0.5", "-")
+		out, _, err = runCommand(t, strings.NewReader(strings.ReplaceAll(in, `"audit":true`, `"audit":false`)), args...)
+		if err == nil || !strings.Contains(err.Error(), "no audited labels in standard input (4 lines, 4 not audited)") || out != "" {
+			t.Errorf("nothing audited %v: %v\n%s", mode, err, out)
+		}
+	}
+	out, _, err = runCommand(t, strings.NewReader(""), "--target", "0.5", "-")
+	if err == nil || !strings.Contains(err.Error(), "no audited labels in standard input (0 lines, 0 not audited)") || out != "" {
+		t.Errorf("no lines: %v\n%s", err, out)
 	}
 }
 
