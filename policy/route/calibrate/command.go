@@ -30,8 +30,16 @@ input, or the http(s) URL of a /labels endpoint; user info in the URL
 The output is a table, then a Caddyfile route block with a pin per model
 version to paste into the systemone directive: thresholds are rounded up to
 4 decimals, and a type or question without a threshold is left out, so it
-routes human (no_threshold). --json prints the groups as JSON instead, with
-unrounded thresholds.
+routes human (no_threshold). Versions and question ids are written so that
+the gateway reads back exactly them: braces escaped (\{ \}) so that no
+placeholder is resolved, and quoted, backticked or in a heredoc as the
+Caddyfile needs. Paste the block as printed. The table's NEED column
+(labels_needed in --json) says how many more audited labels, all agreeing
+and at the group's highest confidence, would give a group a threshold; a
+line under the table says why each group without one has none. --json
+prints the groups as JSON instead, with unrounded thresholds.
+
+No audited label at all is an error (exit status 1).
 
 Defaults: --delta 0.05, --by type, --min-labels 30.
 `,

@@ -45,13 +45,13 @@ type resultJSON struct {
 }
 
 type groupJSON struct {
-	Model      string   `json:"model"`
-	Type       string   `json:"type"`
-	Question   string   `json:"question"`
-	Labels     int      `json:"labels"`
-	Threshold  *float64 `json:"threshold"`
-	Agree      int      `json:"agree"`
-	N          int      `json:"n"`
+	Model        string   `json:"model"`
+	Type         string   `json:"type"`
+	Question     string   `json:"question"`
+	Labels       int      `json:"labels"`
+	Threshold    *float64 `json:"threshold"`
+	Agree        int      `json:"agree"`
+	N            int      `json:"n"`
 	LowerBound   float64  `json:"lower_bound"`
 	Coverage     float64  `json:"coverage"`
 	LabelsNeeded int      `json:"labels_needed"`
@@ -182,9 +182,10 @@ func display(s string) string {
 // comment: the gateway gives it its type's threshold, and no route setting
 // can send one question id to a human). A version with no threshold at all
 // still gets its (empty) pin, so that it routes human even with `unpinned
-// auto`. Versions and ids are quoted as the Caddyfile needs; one that no
-// Caddyfile token can hold is written as a comment instead (set it in the
-// JSON config). Nothing is written when r has no groups.
+// auto`. Versions and ids are written so that the gateway reads back
+// exactly them (see caddyfileToken); one that no Caddyfile token can hold
+// is written as a comment instead (set it in the JSON config). Nothing is
+// written when r has no groups.
 func WriteFragment(w io.Writer, r Result) error {
 	if len(r.Groups) == 0 {
 		return nil
@@ -232,28 +233,81 @@ func WriteFragment(w io.Writer, r Result) error {
 	return bw.Flush()
 }
 
-// caddyfileToken writes s as one Caddyfile token that reads back as s
-// (caddyconfig/caddyfile's lexer): bare when that is unambiguous, else in
-// double quotes (where only \" is an escape; a backslash before any other
-// character is kept), else in backticks (where nothing is). It reports false
-// for a value no token holds: empty (the route block refuses it), one with
-// "{$" (the Caddyfile substitutes environment variables before it reads
-// tokens, inside quotes too), or one that neither quoting can hold (a
-// backtick together with a backslash before a quote or at the end).
+// caddyfileToken writes s as one Caddyfile token that the route block reads
+// back as exactly s, or reports false for one no token can hold. A value
+// passes three readers on its way from the fragment to the gateway, each
+// checked against Caddy's own code (TestFragmentRoundTrip adapts random
+// ids through all three):
+//
+//  1. The Caddyfile's "{$NAME}" environment substitution, over the raw text
+//     before any token is read, inside quotes and heredocs too. It is
+//     defeated by never writing "{$": an empty placeholder "{}" goes
+//     between the two (step 3 replaces it with nothing).
+//  2. The lexer (caddyconfig/caddyfile/lexer.go): bare when every character
+//     means nothing to it; else in double quotes, where only \" is an
+//     escape (a backslash before anything else is kept, so a value holding
+//     \" or ending in a backslash cannot be quoted so); else in backticks,
+//     where nothing is an escape and only a backtick cannot appear; else in
+//     a heredoc, which keeps everything but carriage returns and its
+//     marker, chosen absent from the value.
+//  3. The route config's placeholders (route.New resolves {env.NAME} and the
+//     like in versions and question ids, with caddy.Replacer): every "{"
+//     and "}" of the value is escaped as "\{" and "\}", which the Replacer
+//     reads as the brace itself. This also keeps the httpcaddyfile
+//     shorthands ({host}, {header.X}, ...) from matching.
+//
+// Refused: the empty value (the route block refuses it) and one that holds
+// a backtick and a carriage return and cannot be double-quoted.
 func caddyfileToken(s string) (string, bool) {
-	if s == "" || strings.Contains(s, "{$") {
+	if s == "" {
 		return "", false
 	}
-	if bare(s) {
-		return s, true
-	}
-	if !strings.Contains(s, `\"`) && !strings.HasSuffix(s, `\`) {
-		return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`, true
-	}
-	if !strings.Contains(s, "`") {
-		return "`" + s + "`", true
+	e := escapeBraces(s)
+	switch {
+	case bare(e):
+		return e, true
+	case !strings.Contains(e, `\"`) && !strings.HasSuffix(e, `\`):
+		return `"` + strings.ReplaceAll(e, `"`, `\"`) + `"`, true
+	case !strings.Contains(e, "`"):
+		return "`" + e + "`", true
+	case !strings.Contains(e, "\r"):
+		return heredoc(e), true
 	}
 	return "", false
+}
+
+// escapeBraces escapes s for caddy.Replacer (a backslash before each brace)
+// and breaks every "{$" with an empty placeholder, so that the Caddyfile's
+// environment substitution never sees one.
+func escapeBraces(s string) string {
+	if !strings.ContainsAny(s, "{}") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '{' || c == '}' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+		if c == '{' && i+1 < len(s) && s[i+1] == '$' {
+			b.WriteString("{}")
+		}
+	}
+	return b.String()
+}
+
+// heredoc writes s as a Caddyfile heredoc, its closing marker at the start
+// of a line: the lexer strips from each line the white space before that
+// marker, so there is none. The marker is the first of ID, ID1, ID2, ...
+// that s does not hold (the lexer ends the heredoc at the marker's first
+// appearance, on a line of its own or not).
+func heredoc(s string) string {
+	marker := "ID"
+	for i := 1; strings.Contains(s, marker); i++ {
+		marker = "ID" + strconv.Itoa(i)
+	}
+	return "<<" + marker + "\n" + s + "\n" + marker
 }
 
 // bare reports whether s reads back as itself unquoted: letters, digits and

@@ -79,13 +79,18 @@ func TestCaddyfileToken(t *testing.T) {
 		{`say "hi"`, `"say \"hi\""`, true},
 		{`a\b`, `"a\b"`, true},
 		{"#tag", `"#tag"`, true},
-		{"{", `"{"`, true},
+		{"{", `"\{"`, true},
+		{"{env.HOME}", `"\{env.HOME\}"`, true},
+		{"{host}", `"\{host\}"`, true},
+		{`\{`, `"\\{"`, true},
 		{"<<EOF", `"<<EOF"`, true},
 		{"line\nbreak", "\"line\nbreak\"", true},
 		{`ends\`, "`ends\\`", true},
 		{`q\"x`, "`q\\\"x`", true},
-		{"`tick` \\", "", false},
-		{"a{$HOME}", "", false},
+		{"`tick` \\", "<<ID\n`tick` \\\nID", true},
+		{"ID `tick` \\", "<<ID1\nID `tick` \\\nID1", true},
+		{"`tick`\r\\", "", false},
+		{"a{$HOME}", `"a\{{}$HOME\}"`, true},
 		{"", "", false},
 	} {
 		got, ok := caddyfileToken(tt.in)
@@ -214,7 +219,7 @@ func TestTableQuotesOddIds(t *testing.T) {
 func TestFragmentUnwritable(t *testing.T) {
 	res := Result{Groups: []Group{
 		{Model: "", Type: "noul", Labels: 1, Threshold: 0.5, HasThreshold: true},
-		{Model: "m", Type: "noul", Question: "x{$HOME}", Labels: 1, Threshold: 0.5, HasThreshold: true},
+		{Model: "m", Type: "noul", Question: "x`{$HOME}\r\\", Labels: 1, Threshold: 0.5, HasThreshold: true},
 	}}
 	var buf bytes.Buffer
 	if err := WriteFragment(&buf, res); err != nil {
@@ -223,7 +228,7 @@ func TestFragmentUnwritable(t *testing.T) {
 	want := "route {\n" +
 		"\t# version \"\": no Caddyfile token can hold it; pin it in the JSON config\n" +
 		"\tpin m {\n" +
-		"\t\t# question \"x{\\u0024HOME}\" 0.5: no Caddyfile token can hold this id; set it in the JSON config\n" +
+		"\t\t# question \"x`{\\u0024HOME}\\r\\\\\" 0.5: no Caddyfile token can hold this id; set it in the JSON config\n" +
 		"\t}\n" +
 		"}\n"
 	if buf.String() != want {
