@@ -6,8 +6,12 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // TestVersionCurves checks each version's confidence-to-agreement curve
@@ -174,5 +178,25 @@ func TestSecondVersionServed(t *testing.T) {
 	c := ask(strings.Replace(body, "service-2.0.0", "service-preview", 1), "X-Simulator-Version", SecondVersion)
 	if a["model"] != SecondVersion || fmt.Sprint(a["answers"]) != fmt.Sprint(b["answers"]) || fmt.Sprint(a["answers"]) != fmt.Sprint(c["answers"]) || c["model"] != SecondVersion {
 		t.Errorf("answers %v, %v, %v", a, b, c)
+	}
+}
+
+// TestDocConfig adapts docs/simulator.md's Caddyfile: the simulator as
+// service-2.0.0.
+func TestDocConfig(t *testing.T) {
+	doc, err := os.ReadFile("../docs/simulator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```\n(:9080 .*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("no Caddyfile in docs/simulator.md")
+	}
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(m[1], map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"handler":"systemone_simulator","version":"service-2.0.0"`) {
+		t.Errorf("adapted to %s", out)
 	}
 }
