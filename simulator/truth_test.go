@@ -20,7 +20,7 @@ import (
 // 4 standard errors. service-1.0.0 and service-2.0.0 follow their curves
 // (service-2.0.0's scores at most theirs, see truth.go), and differ.
 func TestVersionCurves(t *testing.T) {
-	const n = 2500
+	const n = 1500
 	type band struct {
 		answers       int
 		agree, expect float64
