@@ -16,6 +16,7 @@ import (
 	_ "github.com/systemone/systemone-gateway/handlers/review"        // registers systemone_review
 	_ "github.com/systemone/systemone-gateway/internal/bufferedlog"   // registers the buffered log writer
 	_ "github.com/systemone/systemone-gateway/policy/route/calibrate" // registers the calibrate subcommand
+	_ "github.com/systemone/systemone-gateway/policy/route/replay"    // registers the replay subcommand
 	_ "github.com/systemone/systemone-gateway/simulator"              // registers systemone_simulator
 )
 

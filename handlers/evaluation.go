@@ -284,7 +284,7 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			d.SetHeaders(header)
 			// The router queues human routes and the audit's draw; it
 			// copies the bodies only with include_content.
-			h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text})
+			h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text, Replay: x.replay})
 		}
 	case http.StatusTooManyRequests:
 		// The upstream's own quota for this org: hold the org at the edge.
@@ -353,6 +353,7 @@ type exchange struct {
 	hasUsage       bool
 	requestID      string
 	upstream       time.Duration
+	replay         bool // X-Systemone-Replay: 1, never queued nor audited
 }
 
 // answer writes the gateway's own answer, with the headers it owes. The

@@ -16,13 +16,15 @@ import (
 // caller's order.
 type evalRequest struct {
 	state     json.RawMessage
+	canon     []byte // state without insignificant white space: what answers are drawn from
 	questions []question
 }
 
 type question struct {
-	id  string
-	raw json.RawMessage // the question's JSON as sent
-	typ string
+	id    string
+	raw   json.RawMessage // the question's JSON as sent
+	canon []byte          // raw without insignificant white space: what answers are drawn from
+	typ   string
 
 	instructions json.RawMessage
 	criteria     json.RawMessage
@@ -48,6 +50,7 @@ func parseEvaluation(body []byte) (*evalRequest, error) {
 		return nil, fmt.Errorf("body: %w", err)
 	}
 	e := &evalRequest{state: lookup(top, "state")}
+	e.canon = compact(e.state)
 	var qs []member
 	if raw := lookup(top, "questions"); raw != nil {
 		if qs, err = members(raw); err != nil {
@@ -62,6 +65,7 @@ func parseEvaluation(body []byte) (*evalRequest, error) {
 		q := question{
 			id:           m.key,
 			raw:          m.value,
+			canon:        compact(m.value),
 			instructions: lookup(fields, "instructions"),
 			criteria:     lookup(fields, "criteria"),
 		}
@@ -131,13 +135,23 @@ next:
 }
 
 // answers returns the `answers` object for the version that answers. A
-// question whose id is in confidences gets that noul or confidence.
+// question whose id is in confidences gets that noul or confidence; the
+// others get the version's natural answer (SecondVersion's drawn against the
+// truth, see truth.go).
 func (e *evalRequest) answers(version string, confidences map[string]json.Number) json.RawMessage {
 	var out object
-	seeds := newSeeder(version, e.state)
+	seeds := newSeeder(version, e.canon)
+	var truths truthSource
+	if version == SecondVersion {
+		truths = newTruthSource(e.canon)
+	}
 	for _, q := range e.questions {
 		rng := seeds.rand(q)
 		target, targeted := confidences[q.id]
+		if !targeted && version == SecondVersion {
+			out.raw(q.id, secondAnswer(rng, q, truths.of(q)))
+			continue
+		}
 		switch q.typ {
 		case typeNoul:
 			out.raw(q.id, noulAnswer(rng, target, targeted))
@@ -150,11 +164,24 @@ func (e *evalRequest) answers(version string, confidences map[string]json.Number
 	return out.bytes()
 }
 
+// compact is raw without insignificant white space, so that answers depend
+// on the content and not on how it was spaced (the review API stores a
+// request compacted, and replay sends it so); raw itself when it is not
+// JSON that encoding/json reads.
+func compact(raw []byte) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
 // seeder seeds each answer from everything that defines it, so the same
 // question over the same state and version always gets the same answer: the
 // SHA-256 of the version, the state, the question id and the question's
-// JSON, each length-prefixed. The version and the state are hashed once per
-// request; each question continues from a copy of that state.
+// JSON (state and question without insignificant white space), each
+// length-prefixed. The version and the state are hashed once per request;
+// each question continues from a copy of that state.
 type seeder struct {
 	prefix hash.Hash
 }
@@ -172,7 +199,7 @@ func (s seeder) rand(q question) *rand.Rand {
 		panic(err) // SHA-256 always clones
 	}
 	writePart(h, []byte(q.id))
-	writePart(h, q.raw)
+	writePart(h, q.canon)
 	sum := h.Sum(nil)
 	return rand.New(rand.NewPCG(binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])))
 }
@@ -215,15 +242,23 @@ func choiceAnswer(rng *rand.Rand, options []string, target json.Number, targeted
 	} else {
 		dist = naturalDistribution(rng, n)
 	}
+	confidence := ""
+	if targeted && !inside {
+		confidence = target.String()
+	}
+	return renderChoice(options, dist, confidence)
+}
+
+// renderChoice writes a choice answer of the distribution; confidence
+// overrides the derived one when not "".
+func renderChoice(options []string, dist []int, confidence string) []byte {
 	var probs object
 	for i, key := range options {
 		probs.raw(key, []byte(formatHundredths(dist[i])))
 	}
-	confidence := formatDerived(choiceConfidence(dist))
-	if targeted && !inside {
-		confidence = target.String()
+	if confidence == "" {
+		confidence = formatDerived(choiceConfidence(dist))
 	}
-
 	var out object
 	out.str("type", typeChoice)
 	out.str("choice", options[argmax(dist)])
@@ -241,16 +276,24 @@ func scoreAnswer(rng *rand.Rand, tiers []json.RawMessage, target json.Number, ta
 	} else {
 		dist = naturalDistribution(rng, n)
 	}
+	confidence := ""
+	if targeted && !inside {
+		confidence = target.String()
+	}
+	return renderScore(tiers, dist, confidence)
+}
+
+// renderScore writes a score answer of the distribution; confidence
+// overrides the peak when not "".
+func renderScore(tiers []json.RawMessage, dist []int, confidence string) []byte {
 	var legend, probs object
 	for i, tier := range tiers {
 		legend.str(strconv.Itoa(i), tierText(tier))
 		probs.raw(strconv.Itoa(i), []byte(formatHundredths(dist[i])))
 	}
-	confidence := formatHundredths(dist[argmax(dist)])
-	if targeted && !inside {
-		confidence = target.String()
+	if confidence == "" {
+		confidence = formatHundredths(dist[argmax(dist)])
 	}
-
 	var out object
 	out.str("type", typeScore)
 	out.raw("score", []byte(formatHundredths(scoreOf(dist))))

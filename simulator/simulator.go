@@ -39,8 +39,11 @@
 // there is nothing to choose.
 //
 // Answers are deterministic: the same body and version give the same answer,
-// each question's drawn from a hash of the version, the state's bytes, the
-// question id and the question's JSON. They follow the seed's numeric rules
+// each question's drawn from a hash of the version, the state, the question
+// id and the question's JSON (state and question without insignificant white
+// space). service-1.0.0 and service-2.0.0 answer against a truth that
+// depends on the content only, each by its own confidence-to-agreement
+// curve; any other version answers at random (see Truth and Agreement). They follow the seed's numeric rules
 // exactly: probabilities in whole hundredths summing to exactly 1; choice
 // `choice` the first option with the highest probability and `confidence`
 // (n*peak-1)/(n-1); score `score` the probability-weighted tier and

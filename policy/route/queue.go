@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,20 @@ type Meta struct {
 	// response body. They are stored only with Config.IncludeContent, and
 	// copied before Enqueue returns.
 	Request, Response []byte
+	// Replay marks a request sent by `systemone-gateway replay` (it carries
+	// HeaderReplay): routed as any other, but neither queued nor audited,
+	// since its labels exist already and it is no sample of the traffic.
+	Replay bool
+}
+
+// HeaderReplay is the request header that marks a replayed request, with
+// the value "1".
+const HeaderReplay = "X-Systemone-Replay"
+
+// IsReplay reports whether a request's headers mark it as replayed:
+// HeaderReplay is "1" (around white space).
+func IsReplay(h http.Header) bool {
+	return strings.TrimSpace(h.Get(HeaderReplay)) == "1"
 }
 
 // QueueStats counts review entries since the Router was made.
@@ -88,7 +103,8 @@ func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWri
 }
 
 // Enqueue queues a routed 200 response for review when it routes human or
-// is drawn by the audit: an entry is written once, with audit "1" when the
+// is drawn by the audit, unless meta.Replay (not even drawn): an entry is
+// written once, with audit "1" when the
 // draw picked it, whatever its route. The handler calls it for every routed
 // 200 response and lets the Router decide. The draw is made on every call,
 // before the route is looked at, so the audited sample is uniform over all
@@ -113,8 +129,8 @@ func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWri
 // separated).
 func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	q := r.queue
-	if q == nil {
-		return
+	if q == nil || meta.Replay {
+		return // a replay is neither queued nor drawn: the audit stays a sample of the traffic
 	}
 	audit := r.drawAudit()
 	if audit {

@@ -155,6 +155,23 @@ type Group struct {
 	// Coverage is N / Labels at the threshold: the share of the group's
 	// traffic that routes auto. 0 without a threshold.
 	Coverage float64
+
+	// LabelsNeeded is the contract's `labels_needed`: 0 with a threshold;
+	// without one, the fewest more audited lines, all agreeing and all at
+	// Top, that would give the group a threshold under the same walk.
+	LabelsNeeded int
+	// Why says why a group has no threshold: WhyTooFew or WhyBelowTarget;
+	// "" when it has one.
+	Why string
+	// Start is the confidence of the first candidate tested: where the walk
+	// started; 0 when no candidate was tested.
+	Start float64
+	// Top is the group's highest confidence, where LabelsNeeded counts its
+	// lines: 1 when no line has a confidence.
+	Top float64
+	// Scored counts the group's lines with a confidence, ScoredAgree those
+	// that agree: the agreement seen so far, whatever the walk tested.
+	Scored, ScoredAgree int
 }
 
 // Calibrate computes a threshold for each group of lines. It fails only on
@@ -283,40 +300,45 @@ func (m *tally) add(l Line) {
 	}
 }
 
-// walk runs the fixed-sequence walk over one group's lines.
+// walk runs the fixed-sequence walk over one group's lines, and says what a
+// group without a threshold lacks.
 func (m *tally) walk(target, delta float64, nmin int) Group {
 	g := Group{Labels: m.labels}
-	scored := m.scored
-	slices.SortFunc(scored, func(a, b point) int { return cmp.Compare(b.confidence, a.confidence) })
-
+	cands := candidates(m.scored)
 	tested := false
-	n, k := 0, 0
-	for i := 0; i < len(scored); {
-		// One candidate per distinct confidence: take in every tied line
-		// before testing, since a threshold cannot split a tie.
-		t := scored[i].confidence
-		for ; i < len(scored) && scored[i].confidence == t; i++ {
-			n++
-			if scored[i].agree {
-				k++
-			}
-		}
-		if n < nmin {
+	for _, c := range cands {
+		if c.n < nmin {
 			continue // above the start: skipped, untested
 		}
-		lb := LowerBound(k, n, delta)
+		lb := LowerBound(c.k, c.n, delta)
+		if !tested {
+			g.Start = c.confidence
+		}
 		if lb < target {
 			if !tested {
-				g.Agree, g.N, g.LowerBound = k, n, lb
+				g.Agree, g.N, g.LowerBound = c.k, c.n, lb
 			}
 			break
 		}
 		tested = true
-		g.Threshold, g.HasThreshold = t, true
-		g.Agree, g.N, g.LowerBound = k, n, lb
+		g.Threshold, g.HasThreshold = c.confidence, true
+		g.Agree, g.N, g.LowerBound = c.k, c.n, lb
 	}
-	if g.HasThreshold {
+	g.Top = 1
+	if len(cands) > 0 {
+		last := cands[len(cands)-1]
+		g.Top, g.Scored, g.ScoredAgree = cands[0].confidence, last.n, last.k
+	}
+	switch {
+	case g.HasThreshold:
 		g.Coverage = float64(g.N) / float64(g.Labels)
+	case g.N > 0:
+		g.Why = WhyBelowTarget
+	default:
+		g.Why = WhyTooFew
+	}
+	if !g.HasThreshold {
+		g.LabelsNeeded = labelsNeeded(cands, target, delta, nmin)
 	}
 	return g
 }

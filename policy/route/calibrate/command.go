@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -29,8 +30,16 @@ input, or the http(s) URL of a /labels endpoint; user info in the URL
 The output is a table, then a Caddyfile route block with a pin per model
 version to paste into the systemone directive: thresholds are rounded up to
 4 decimals, and a type or question without a threshold is left out, so it
-routes human (no_threshold). --json prints the groups as JSON instead, with
-unrounded thresholds.
+routes human (no_threshold). Versions and question ids are written so that
+the gateway reads back exactly them: braces escaped (\{ \}) so that no
+placeholder is resolved, and quoted, backticked or in a heredoc as the
+Caddyfile needs. Paste the block as printed. The table's NEED column
+(labels_needed in --json) says how many more audited labels, all agreeing
+and at the group's highest confidence, would give a group a threshold; a
+line under the table says why each group without one has none. --json
+prints the groups as JSON instead, with unrounded thresholds.
+
+No audited label at all is an error (exit status 1).
 
 Defaults: --delta 0.05, --by type, --min-labels 30.
 `,
@@ -85,6 +94,12 @@ func run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(res.Groups) == 0 {
+		// Nothing a guarantee can stand on: an error, so that a script
+		// never pastes an empty result.
+		return fmt.Errorf("no audited labels in %s (%d lines, %d not audited): nothing to calibrate; set route { audit <fraction> } and label audited entries",
+			sourceName(args[0]), len(lines), res.Ignored)
+	}
 	for _, note := range res.Notes {
 		fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
 	}
@@ -95,12 +110,20 @@ func run(cmd *cobra.Command, args []string) error {
 	if err := WriteTable(out, res); err != nil {
 		return err
 	}
-	if len(res.Groups) == 0 {
-		_, err := fmt.Fprintln(out, "\nno audited labels: nothing to calibrate")
-		return err
-	}
 	if _, err := fmt.Fprintln(out); err != nil {
 		return err
 	}
 	return WriteFragment(out, res)
+}
+
+// sourceName names a labels source in a message: standard input, or the
+// path or URL with any password masked.
+func sourceName(src string) string {
+	if src == "-" {
+		return "standard input"
+	}
+	if u, err := url.Parse(src); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return src
 }

@@ -45,27 +45,29 @@ type resultJSON struct {
 }
 
 type groupJSON struct {
-	Model      string   `json:"model"`
-	Type       string   `json:"type"`
-	Question   string   `json:"question"`
-	Labels     int      `json:"labels"`
-	Threshold  *float64 `json:"threshold"`
-	Agree      int      `json:"agree"`
-	N          int      `json:"n"`
-	LowerBound float64  `json:"lower_bound"`
-	Coverage   float64  `json:"coverage"`
+	Model        string   `json:"model"`
+	Type         string   `json:"type"`
+	Question     string   `json:"question"`
+	Labels       int      `json:"labels"`
+	Threshold    *float64 `json:"threshold"`
+	Agree        int      `json:"agree"`
+	N            int      `json:"n"`
+	LowerBound   float64  `json:"lower_bound"`
+	Coverage     float64  `json:"coverage"`
+	LabelsNeeded int      `json:"labels_needed"`
 }
 
 // MarshalJSON writes the contract's `--json` document: {"target", "delta",
 // "ignored", "groups": [{"model", "type", "question", "labels",
-// "threshold", "agree", "n", "lower_bound", "coverage"}]}, with an
-// unrounded threshold, or null. Notes are not part of it.
+// "threshold", "agree", "n", "lower_bound", "coverage", "labels_needed"}]},
+// with an unrounded threshold, or null. Notes are not part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
 	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Labels: g.Labels,
 			Agree: g.Agree, N: g.N, LowerBound: g.LowerBound, Coverage: g.Coverage,
+			LabelsNeeded: g.LabelsNeeded,
 		}
 		if g.HasThreshold {
 			gj.Threshold = &g.Threshold
@@ -85,9 +87,10 @@ func WriteJSON(w io.Writer, r Result) error {
 
 // WriteTable writes a summary line and a table: model, type, question ("-"
 // for a type group), labels used, threshold (as the fragment writes it) or
-// "none", agreement k/n, lower bound and coverage. Without a threshold, k/n
-// and the bound are those of the first candidate tested, "-" when none
-// was (too few lines with a confidence).
+// "none", agreement k/n, lower bound, coverage and NEED (labels_needed).
+// Without a threshold, k/n and the bound are those of the first candidate
+// tested, "-" when none was (too few lines with a confidence). Under the
+// table, one line per group without a threshold says why it has none.
 func WriteTable(w io.Writer, r Result) error {
 	bw := bufio.NewWriter(w)
 	used := 0
@@ -97,28 +100,64 @@ func WriteTable(w io.Writer, r Result) error {
 	fmt.Fprintf(bw, "target %v, delta %v: %d audited labels used, %d not audited (ignored)\n\n",
 		r.Target, r.Delta, used, r.Ignored)
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tTYPE\tQUESTION\tLABELS\tTHRESHOLD\tAGREE\tLB\tCOVERAGE")
+	fmt.Fprintln(tw, "MODEL\tTYPE\tQUESTION\tLABELS\tTHRESHOLD\tAGREE\tLB\tCOVERAGE\tNEED")
+	var why []string
 	for _, g := range r.Groups {
-		question := "-"
-		if g.Question != "" {
-			question = display(g.Question)
-		}
 		threshold, agree, lb, coverage := "none", "-", "-", "-"
 		if g.HasThreshold {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
+		} else {
+			why = append(why, whyLine(g, r.Target, r.Delta))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
 			lb = fmt.Sprintf("%.4f", g.LowerBound)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			display(g.Model), g.Type, question, g.Labels, threshold, agree, lb, coverage)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n",
+			display(g.Model), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(why) > 0 {
+		fmt.Fprintln(bw)
+		for _, line := range why {
+			fmt.Fprintln(bw, line)
+		}
+		fmt.Fprintln(bw, "NEED: more audited labels that would give a threshold, if all agreed and all were at the group's highest confidence.")
+	}
 	return bw.Flush()
+}
+
+func groupQuestion(g Group) string {
+	if g.Question == "" {
+		return "-"
+	}
+	return display(g.Question)
+}
+
+// whyLine says, for a group without a threshold, why the walk found none,
+// with the agreement seen so far.
+func whyLine(g Group, target, delta float64) string {
+	name := display(g.Model) + " " + g.Type
+	if g.Question != "" {
+		name += " question " + display(g.Question)
+	}
+	if g.Why == WhyBelowTarget {
+		return fmt.Sprintf("%s: no threshold: the first candidate tested (confidence %s, %d lines) has a lower bound of %.4f, below the target %v; agreement there %d/%d",
+			name, strconv.FormatFloat(g.Start, 'f', -1, 64), g.N, g.LowerBound, target, g.Agree, g.N)
+	}
+	if g.Scored == 0 {
+		what := "no labels yet"
+		if g.Labels > 0 {
+			what = "no labelled line has a confidence"
+		}
+		return fmt.Sprintf("%s: no threshold: %s; the top candidate needs %d lines (target %v, delta %v)",
+			name, what, MinLines(target, delta), target, delta)
+	}
+	return fmt.Sprintf("%s: no threshold: too few lines, %d with a confidence, where the top candidate needs %d (target %v, delta %v); agreement so far %d/%d",
+		name, g.Scored, MinLines(target, delta), target, delta, g.ScoredAgree, g.Scored)
 }
 
 // display shows an id in the table: as is when it is plain, else quoted, so
@@ -143,9 +182,10 @@ func display(s string) string {
 // comment: the gateway gives it its type's threshold, and no route setting
 // can send one question id to a human). A version with no threshold at all
 // still gets its (empty) pin, so that it routes human even with `unpinned
-// auto`. Versions and ids are quoted as the Caddyfile needs; one that no
-// Caddyfile token can hold is written as a comment instead (set it in the
-// JSON config). Nothing is written when r has no groups.
+// auto`. Versions and ids are written so that the gateway reads back
+// exactly them (see caddyfileToken); one that no Caddyfile token can hold
+// is written as a comment instead (set it in the JSON config). Nothing is
+// written when r has no groups.
 func WriteFragment(w io.Writer, r Result) error {
 	if len(r.Groups) == 0 {
 		return nil
@@ -193,28 +233,81 @@ func WriteFragment(w io.Writer, r Result) error {
 	return bw.Flush()
 }
 
-// caddyfileToken writes s as one Caddyfile token that reads back as s
-// (caddyconfig/caddyfile's lexer): bare when that is unambiguous, else in
-// double quotes (where only \" is an escape; a backslash before any other
-// character is kept), else in backticks (where nothing is). It reports false
-// for a value no token holds: empty (the route block refuses it), one with
-// "{$" (the Caddyfile substitutes environment variables before it reads
-// tokens, inside quotes too), or one that neither quoting can hold (a
-// backtick together with a backslash before a quote or at the end).
+// caddyfileToken writes s as one Caddyfile token that the route block reads
+// back as exactly s, or reports false for one no token can hold. A value
+// passes three readers on its way from the fragment to the gateway, each
+// checked against Caddy's own code (TestFragmentRoundTrip adapts random
+// ids through all three):
+//
+//  1. The Caddyfile's "{$NAME}" environment substitution, over the raw text
+//     before any token is read, inside quotes and heredocs too. It is
+//     defeated by never writing "{$": an empty placeholder "{}" goes
+//     between the two (step 3 replaces it with nothing).
+//  2. The lexer (caddyconfig/caddyfile/lexer.go): bare when every character
+//     means nothing to it; else in double quotes, where only \" is an
+//     escape (a backslash before anything else is kept, so a value holding
+//     \" or ending in a backslash cannot be quoted so); else in backticks,
+//     where nothing is an escape and only a backtick cannot appear; else in
+//     a heredoc, which keeps everything but carriage returns and its
+//     marker, chosen absent from the value.
+//  3. The route config's placeholders (route.New resolves {env.NAME} and the
+//     like in versions and question ids, with caddy.Replacer): every "{"
+//     and "}" of the value is escaped as "\{" and "\}", which the Replacer
+//     reads as the brace itself. This also keeps the httpcaddyfile
+//     shorthands ({host}, {header.X}, ...) from matching.
+//
+// Refused: the empty value (the route block refuses it) and one that holds
+// a backtick and a carriage return and cannot be double-quoted.
 func caddyfileToken(s string) (string, bool) {
-	if s == "" || strings.Contains(s, "{$") {
+	if s == "" {
 		return "", false
 	}
-	if bare(s) {
-		return s, true
-	}
-	if !strings.Contains(s, `\"`) && !strings.HasSuffix(s, `\`) {
-		return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`, true
-	}
-	if !strings.Contains(s, "`") {
-		return "`" + s + "`", true
+	e := escapeBraces(s)
+	switch {
+	case bare(e):
+		return e, true
+	case !strings.Contains(e, `\"`) && !strings.HasSuffix(e, `\`):
+		return `"` + strings.ReplaceAll(e, `"`, `\"`) + `"`, true
+	case !strings.Contains(e, "`"):
+		return "`" + e + "`", true
+	case !strings.Contains(e, "\r"):
+		return heredoc(e), true
 	}
 	return "", false
+}
+
+// escapeBraces escapes s for caddy.Replacer (a backslash before each brace)
+// and breaks every "{$" with an empty placeholder, so that the Caddyfile's
+// environment substitution never sees one.
+func escapeBraces(s string) string {
+	if !strings.ContainsAny(s, "{}") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '{' || c == '}' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+		if c == '{' && i+1 < len(s) && s[i+1] == '$' {
+			b.WriteString("{}")
+		}
+	}
+	return b.String()
+}
+
+// heredoc writes s as a Caddyfile heredoc, its closing marker at the start
+// of a line: the lexer strips from each line the white space before that
+// marker, so there is none. The marker is the first of ID, ID1, ID2, ...
+// that s does not hold (the lexer ends the heredoc at the marker's first
+// appearance, on a line of its own or not).
+func heredoc(s string) string {
+	marker := "ID"
+	for i := 1; strings.Contains(s, marker); i++ {
+		marker = "ID" + strconv.Itoa(i)
+	}
+	return "<<" + marker + "\n" + s + "\n" + marker
 }
 
 // bare reports whether s reads back as itself unquoted: letters, digits and

@@ -79,13 +79,18 @@ func TestCaddyfileToken(t *testing.T) {
 		{`say "hi"`, `"say \"hi\""`, true},
 		{`a\b`, `"a\b"`, true},
 		{"#tag", `"#tag"`, true},
-		{"{", `"{"`, true},
+		{"{", `"\{"`, true},
+		{"{env.HOME}", `"\{env.HOME\}"`, true},
+		{"{host}", `"\{host\}"`, true},
+		{`\{`, `"\\{"`, true},
 		{"<<EOF", `"<<EOF"`, true},
 		{"line\nbreak", "\"line\nbreak\"", true},
 		{`ends\`, "`ends\\`", true},
 		{`q\"x`, "`q\\\"x`", true},
-		{"`tick` \\", "", false},
-		{"a{$HOME}", "", false},
+		{"`tick` \\", "<<ID\n`tick` \\\nID", true},
+		{"ID `tick` \\", "<<ID1\nID `tick` \\\nID1", true},
+		{"`tick`\r\\", "", false},
+		{"a{$HOME}", `"a\{{}$HOME\}"`, true},
 		{"", "", false},
 	} {
 		got, ok := caddyfileToken(tt.in)
@@ -164,7 +169,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	nulls := 0
 	for _, g := range groups {
-		if got := keys(g); got != "agree coverage labels lower_bound model n question threshold type" {
+		if got := keys(g); got != "agree coverage labels labels_needed lower_bound model n question threshold type" {
 			t.Errorf("group fields: %s", got)
 		}
 		if g["threshold"] == nil {
@@ -214,7 +219,7 @@ func TestTableQuotesOddIds(t *testing.T) {
 func TestFragmentUnwritable(t *testing.T) {
 	res := Result{Groups: []Group{
 		{Model: "", Type: "noul", Labels: 1, Threshold: 0.5, HasThreshold: true},
-		{Model: "m", Type: "noul", Question: "x{$HOME}", Labels: 1, Threshold: 0.5, HasThreshold: true},
+		{Model: "m", Type: "noul", Question: "x`{$HOME}\r\\", Labels: 1, Threshold: 0.5, HasThreshold: true},
 	}}
 	var buf bytes.Buffer
 	if err := WriteFragment(&buf, res); err != nil {
@@ -223,7 +228,7 @@ func TestFragmentUnwritable(t *testing.T) {
 	want := "route {\n" +
 		"\t# version \"\": no Caddyfile token can hold it; pin it in the JSON config\n" +
 		"\tpin m {\n" +
-		"\t\t# question \"x{\\u0024HOME}\" 0.5: no Caddyfile token can hold this id; set it in the JSON config\n" +
+		"\t\t# question \"x`{\\u0024HOME}\\r\\\\\" 0.5: no Caddyfile token can hold this id; set it in the JSON config\n" +
 		"\t}\n" +
 		"}\n"
 	if buf.String() != want {
@@ -285,10 +290,18 @@ func TestCommandNotes(t *testing.T) {
 	if strings.Contains(out, "question x") {
 		t.Errorf("x has a question line though it has two types:\n%s", out)
 	}
-	// Nothing audited: said so, no fragment.
-	out, _, err = runCommand(t, strings.NewReader(strings.ReplaceAll(in, `"audit":true`, `"audit":false`)), "--target", "0.5", "-")
-	if err != nil || !strings.Contains(out, "4 not audited (ignored)") || !strings.Contains(out, "nothing to calibrate") || strings.Contains(out, "route {") {
-		t.Errorf("nothing audited: %v\n%s", err, out)
+	// Nothing audited: said so, nothing printed, an error (exit status 1),
+	// in both output modes.
+	for _, mode := range [][]string{nil, {"--json"}} {
+		args := append(mode, "--target", "0.5", "-")
+		out, _, err = runCommand(t, strings.NewReader(strings.ReplaceAll(in, `"audit":true`, `"audit":false`)), args...)
+		if err == nil || !strings.Contains(err.Error(), "no audited labels in standard input (4 lines, 4 not audited)") || out != "" {
+			t.Errorf("nothing audited %v: %v\n%s", mode, err, out)
+		}
+	}
+	out, _, err = runCommand(t, strings.NewReader(""), "--target", "0.5", "-")
+	if err == nil || !strings.Contains(err.Error(), "no audited labels in standard input (0 lines, 0 not audited)") || out != "" {
+		t.Errorf("no lines: %v\n%s", err, out)
 	}
 }
 

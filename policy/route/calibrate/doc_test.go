@@ -1,0 +1,117 @@
+package calibrate_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/systemone/systemone-gateway/policy/route/calibrate"
+)
+
+// docExample is the labels of docs/calibration.md's example: 120 audited
+// noul answers, confidence falling from 1 in steps of 1/120, three of them
+// wrong; 20 choice answers, one wrong.
+func docExample() string {
+	var b strings.Builder
+	for i := range 120 {
+		fmt.Fprintf(&b, `{"model":"service-1.0.0","type":"noul","question":"late","confidence":%v,"agree":%v,"audit":true}`+"\n",
+			float64(120-i)/120, i != 30 && i != 60 && i != 119)
+	}
+	for i := range 20 {
+		fmt.Fprintf(&b, `{"model":"service-1.0.0","type":"choice","question":"kind","confidence":%v,"agree":%v,"audit":true}`+"\n",
+			0.5+float64(i)/40, i != 7)
+	}
+	return b.String()
+}
+
+// TestDocExample: the output docs/calibration.md shows is the command's.
+func TestDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/calibration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```\n(target .*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("no example output in docs/calibration.md")
+	}
+	in := docExample()
+	lines, err := calibrate.ReadLines(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := calibrate.Calibrate(lines, calibrate.Options{Target: 0.9, Delta: 0.05, By: calibrate.ByType, MinLabels: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := calibrate.WriteTable(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	out.WriteString("\n")
+	if err := calibrate.WriteFragment(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(m[1]) {
+		t.Errorf("docs/calibration.md shows:\n%s\nthe command prints:\n%s", m[1], out.String())
+	}
+}
+
+// TestDocFragments adapts the Caddyfile blocks docs/calibration.md shows:
+// the paste-safe question line reads back as its id, and the route block
+// with include_content adapts.
+func TestDocFragments(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/calibration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var question, routeBlock string
+	for _, b := range fencedBlocks(string(doc)) {
+		s := strings.TrimSpace(b)
+		switch {
+		case strings.HasPrefix(s, "question "):
+			question = s
+		case strings.HasPrefix(s, "route {") && strings.Contains(s, "include_content"):
+			routeBlock = s
+		}
+	}
+	if question == "" || routeBlock == "" {
+		t.Fatalf("blocks not found: %q %q", question, routeBlock)
+	}
+	r := router(t, adaptRoute(t, "\t\troute {\n\t\t\tpin service-1.0.0 {\n\t\t\t\t"+question+"\n\t\t\t}\n\t\t}\n", false))
+	if th, ok := thresholdOf(r, "service-1.0.0", `{env.HOME} "late"`); !ok || th != 0.8 {
+		t.Errorf("%s: threshold %v %v for the id {env.HOME} \"late\"", question, th, ok)
+	}
+	raw := adaptRoute(t, "\t\t"+strings.ReplaceAll(routeBlock, "\n", "\n\t\t")+"\n", false)
+	if !strings.Contains(string(raw), `"include_content":true`) || !strings.Contains(string(raw), `"audit":0.05`) {
+		t.Errorf("route block adapted to %s", raw)
+	}
+}
+
+// fencedBlocks returns the contents of the plain ``` blocks of a markdown
+// text (not ```sh), with the indent of their fence taken off each line.
+func fencedBlocks(doc string) []string {
+	var out []string
+	var cur []string
+	in, plain, indent := false, false, ""
+	for _, line := range strings.Split(doc, "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		if strings.HasPrefix(trimmed, "```") {
+			if in {
+				if plain {
+					out = append(out, strings.Join(cur, "\n"))
+				}
+				in, cur = false, nil
+				continue
+			}
+			in, plain, indent = true, trimmed == "```", line[:len(line)-len(trimmed)]
+			continue
+		}
+		if in {
+			cur = append(cur, strings.TrimPrefix(line, indent))
+		}
+	}
+	return out
+}

@@ -1,0 +1,125 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+)
+
+// APIKeyEnv is the environment variable the command reads the API key from;
+// no flag takes it, so that it never shows in a process list or a history.
+const APIKeyEnv = "SYSTEMONE_API_KEY"
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "replay",
+		Usage: "--review <url> --upstream <base_url> --model <version> [--concurrency <n>] [--price <yuan>] [--out <file>]",
+		Short: "Re-asks the labelled requests to a new model version, for calibrate",
+		Long: `
+Calibrates a new model version before it serves, from the labels already
+given: a label is about the content, not the model that answered.
+
+For each entry with labels in the review API's /labels (--review is the base
+URL of a systemone_review mount; user info in it is sent as basic auth)
+whose stored request is available (queued with the route block's
+include_content), replay sends that request, its "model" set to --model, to
+<base_url>/v1/systemone once, with X-Systemone-Replay: 1 (a gateway routes
+it as any other request but neither queues nor audits it), retrying 429,
+529 and 5xx up to twice and honouring retry-after. The API key is read from
+the environment variable SYSTEMONE_API_KEY, never from a flag.
+
+For each labelled question of the entry it writes one /labels line to --out
+or standard output: model, confidence and answer from the new response,
+agree recomputed against the same label, route "replay", request_id the new
+response's x-request-id, every other field as in the original line. So:
+
+  systemone-gateway replay ... | systemone-gateway calibrate --target 0.95 -
+
+The last line on standard error is the summary
+"replayed <n> skipped <n> failed <n> tokens <n> cost <yuan>" (skipped: no
+stored request; cost at --price yuan per million input tokens). The exit
+status is 1 when any entry failed.
+
+Defaults: --concurrency 4, --price 0.042.
+`,
+		CobraFunc: setUp,
+	})
+}
+
+// commandSleep is the command's wait before a retry; tests replace it.
+var commandSleep = sleep
+
+func setUp(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.String("review", "", "base URL of the systemone_review mount (required)")
+	fl.String("upstream", "", "base URL of the evaluation API, a gateway or the service (required)")
+	fl.String("model", "", "the version to ask, e.g. service-preview or service-2.0.0 (required)")
+	fl.Int("concurrency", DefaultConcurrency, "entries replayed at once")
+	fl.Float64("price", DefaultPrice, "yuan per million input tokens, for the summary's cost")
+	fl.String("out", "", "write the lines to this file instead of standard output")
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return run(cmd, os.Getenv(APIKeyEnv))
+	}
+}
+
+func run(cmd *cobra.Command, apiKey string) error {
+	fl := cmd.Flags()
+	opts := Options{APIKey: apiKey, Log: cmd.ErrOrStderr(), Sleep: commandSleep}
+	opts.Review, _ = fl.GetString("review")
+	opts.Upstream, _ = fl.GetString("upstream")
+	opts.Model, _ = fl.GetString("model")
+	opts.Concurrency, _ = fl.GetInt("concurrency")
+	opts.Price, _ = fl.GetFloat64("price")
+	outPath, _ := fl.GetString("out")
+	if opts.Concurrency < 1 {
+		return fmt.Errorf("--concurrency %d is less than 1", opts.Concurrency)
+	}
+	if opts.Price <= 0 {
+		return fmt.Errorf("--price %v is not above 0", opts.Price)
+	}
+	if err := opts.setDefaults(); err != nil {
+		return err
+	}
+
+	out := cmd.OutOrStdout()
+	var file *os.File
+	if outPath != "" {
+		var err error
+		if file, err = os.Create(outPath); err != nil {
+			return err
+		}
+		defer file.Close()
+		out = file
+	}
+	bw := bufio.NewWriter(out)
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sum, err := Run(ctx, opts, bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil && file != nil {
+		err = file.Close()
+	}
+	if err != nil && sum == (Summary{}) {
+		return err // nothing was replayed: /labels unreadable, or a bad flag
+	}
+	errw := cmd.ErrOrStderr()
+	if err != nil {
+		fmt.Fprintln(errw, "Error:", err)
+	}
+	fmt.Fprintln(errw, sum) // the last line on standard error
+	if err != nil || sum.Failed > 0 {
+		cmd.SilenceErrors = true // said above: the summary stays the last line
+		return errors.New("replay failed")
+	}
+	return nil
+}

@@ -1,0 +1,444 @@
+// Package replay re-asks the requests behind people's labels to another
+// model version, so that the version can be calibrated before it serves
+// traffic: a label is about the content, not the model that answered.
+//
+// Run reads the review API's `/labels`, fetches the Item of each labelled
+// entry, and sends its stored request (kept with the route block's
+// `include_content`) to the evaluation endpoint once, its `model` set to the
+// candidate version and marked `X-Systemone-Replay: 1`, so that a gateway in
+// between routes it as any other request but neither queues nor audits it.
+// For each labelled question of the entry it writes the original `/labels`
+// line with the new answer: `model` the response's, `confidence` and
+// `answer` read as the gateway reads them, `agree` recomputed against the
+// same `label`, `route` "replay" and `request_id` the new response's
+// x-request-id; every other field as it was. `calibrate` reads the output.
+//
+// The package also registers the `replay` subcommand.
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/policy/route"
+)
+
+// Defaults of the `replay` command.
+const (
+	// DefaultConcurrency is how many entries are replayed at once.
+	DefaultConcurrency = 4
+	// DefaultPrice is the price, in yuan per million input tokens, of the
+	// cost in the summary: the evaluation service's.
+	DefaultPrice = 0.042
+	// MaxAttempts is how often one entry's request is sent: once, and
+	// retried twice on 429, 529, another 5xx or a transport error.
+	MaxAttempts = 3
+	// DefaultMaxWait bounds one wait before a retry, whatever retry-after
+	// asks for.
+	DefaultMaxWait = time.Minute
+	// maxResponse bounds the answer read: evaluation answers are small.
+	maxResponse = 16 << 20
+	// maxLine bounds one `/labels` line, as calibrate does.
+	maxLine = 1 << 20
+)
+
+// HeaderReplay marks the replayed requests.
+const HeaderReplay = route.HeaderReplay
+
+// Options are a replay's parameters.
+type Options struct {
+	// Review is the base URL of a `systemone_review` mount; user info in it
+	// is sent as basic auth, never in a URL. Required.
+	Review string
+	// Upstream is the base URL of the evaluation API (a gateway or the
+	// service); requests go to <Upstream>/v1/systemone. Required.
+	Upstream string
+	// Model is the version the requests ask for. Required.
+	Model string
+	// APIKey is sent as `Authorization: Bearer`. Required; the command takes
+	// it from SYSTEMONE_API_KEY only.
+	APIKey string
+	// Concurrency is how many entries are replayed at once; default
+	// DefaultConcurrency.
+	Concurrency int
+	// Price is the yuan per million input tokens of the summary's cost;
+	// default DefaultPrice (a zero Price is taken as unset).
+	Price float64
+	// MaxWait bounds one wait before a retry; default DefaultMaxWait.
+	MaxWait time.Duration
+	// Client sends every request; default one with http.DefaultTransport's
+	// settings and a bound on the wait for headers.
+	Client *http.Client
+	// Sleep waits before a retry; default a timer that ctx cancels. Tests
+	// inject one.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Log receives one line per entry that failed (never content, never
+	// the key). Default: discarded.
+	Log io.Writer
+}
+
+// Summary counts a replay's entries.
+type Summary struct {
+	// Replayed entries were answered 200 and written.
+	Replayed int
+	// Skipped entries hold no stored request (stored without
+	// include_content, or trimmed from the stream).
+	Skipped int
+	// Failed entries got no 200 within MaxAttempts, or could not be read
+	// or sent.
+	Failed int
+	// Tokens sums the responses' usage.input_tokens.
+	Tokens int64
+	// Cost is Tokens at Price, in yuan.
+	Cost float64
+}
+
+// String is the command's summary line: `replayed <n> skipped <n> failed <n>
+// tokens <n> cost <yuan>`, the cost with at most 6 decimals.
+func (s Summary) String() string {
+	return fmt.Sprintf("replayed %d skipped %d failed %d tokens %d cost %s",
+		s.Replayed, s.Skipped, s.Failed, s.Tokens, strconv.FormatFloat(math.Round(s.Cost*1e6)/1e6, 'f', -1, 64))
+}
+
+func (o *Options) setDefaults() error {
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"--review", o.Review}, {"--upstream", o.Upstream}, {"--model", o.Model}, {"SYSTEMONE_API_KEY", o.APIKey}} {
+		if strings.TrimSpace(f.v) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s (the API key comes from the environment only)", strings.Join(missing, ", "))
+	}
+	if o.Concurrency < 0 {
+		return fmt.Errorf("--concurrency %d is negative", o.Concurrency)
+	}
+	if o.Price < 0 || math.IsNaN(o.Price) || math.IsInf(o.Price, 0) {
+		return fmt.Errorf("--price %v is not a price", o.Price)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Price == 0 {
+		o.Price = DefaultPrice
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = 5 * time.Minute // an evaluation may take a while
+		o.Client = &http.Client{Transport: t}
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// labelled is one entry's `/labels` lines.
+type labelled struct {
+	entry string
+	lines []line
+}
+
+// line is one `/labels` line: its bytes, and what replay reads of it.
+type line struct {
+	raw      []byte
+	question string
+	typ      string
+	label    json.RawMessage
+}
+
+// Run replays the labelled entries of opts.Review to opts.Model and writes
+// the new `/labels` lines to out, entries in the order `/labels` first names
+// them. It fails, before writing anything, when `/labels` cannot be read;
+// an entry that fails is counted and logged, and the others go on.
+func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
+	if err := opts.setDefaults(); err != nil {
+		return Summary{}, err
+	}
+	review, err := newReviewAPI(opts.Review, opts.Client)
+	if err != nil {
+		return Summary{}, err
+	}
+	upstream, err := url.Parse(strings.TrimRight(opts.Upstream, "/") + "/v1/systemone")
+	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") {
+		return Summary{}, errors.New("--upstream is not an http(s) URL")
+	}
+	entries, err := review.labels(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+
+	r := &replayer{opts: opts, review: review, endpoint: upstream.String()}
+	results := make([]chan result, len(entries))
+	for i := range results {
+		results[i] = make(chan result, 1)
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(opts.Concurrency, max(1, len(entries))) {
+		wg.Go(func() {
+			for i := range work {
+				results[i] <- r.replay(ctx, entries[i])
+			}
+		})
+	}
+	go func() {
+		defer close(work)
+		for i := range entries {
+			select {
+			case work <- i:
+			case <-ctx.Done():
+				for ; i < len(entries); i++ {
+					results[i] <- result{err: ctx.Err()}
+				}
+				return
+			}
+		}
+	}()
+
+	var sum Summary
+	var writeErr error
+	for i, ch := range results {
+		res := <-ch
+		switch {
+		case res.skipped:
+			sum.Skipped++
+		case res.err != nil:
+			sum.Failed++
+			fmt.Fprintf(opts.Log, "entry %s: %v\n", entries[i].entry, res.err)
+		default:
+			sum.Replayed++
+			sum.Tokens += res.tokens
+			for _, l := range res.lines {
+				if writeErr == nil {
+					_, writeErr = out.Write(append(l, '\n'))
+				}
+			}
+		}
+	}
+	wg.Wait()
+	sum.Cost = float64(sum.Tokens) * opts.Price / 1e6
+	if writeErr != nil {
+		return sum, fmt.Errorf("writing the output: %w", writeErr)
+	}
+	return sum, nil
+}
+
+// result is one entry's outcome.
+type result struct {
+	skipped bool
+	err     error
+	tokens  int64
+	lines   [][]byte
+}
+
+type replayer struct {
+	opts     Options
+	review   *reviewAPI
+	endpoint string
+}
+
+// replay sends one entry's stored request and rewrites its lines.
+func (r *replayer) replay(ctx context.Context, e labelled) result {
+	request, found, err := r.review.request(ctx, e.entry)
+	switch {
+	case err != nil:
+		return result{err: err}
+	case !found:
+		return result{skipped: true}
+	}
+	body, err := setModel(request, r.opts.Model)
+	if err != nil {
+		return result{err: err}
+	}
+	text, requestID, err := r.send(ctx, body)
+	if err != nil {
+		return result{err: err}
+	}
+	resp, err := evaluation.ParseResponse(text)
+	if err != nil || resp.Model == "" {
+		return result{err: errors.New("the 200 answer is not an evaluation response")}
+	}
+
+	// The gateway's own reading of the answers (confidence |2p-1| for
+	// noul, the answer only when its confidence is readable).
+	questions := make([]evaluation.Question, len(e.lines))
+	for i, l := range e.lines {
+		questions[i] = evaluation.Question{ID: l.question, Type: l.typ}
+	}
+	d := reader.Decide(questions, resp, route.Signal{})
+	res := result{tokens: resp.InputTokens, lines: make([][]byte, len(e.lines))}
+	model, _ := json.Marshal(resp.Model)
+	rid, _ := json.Marshal(requestID)
+	for i, l := range e.lines {
+		q := d.Questions[i]
+		confidence, answer := json.RawMessage("null"), json.RawMessage("null")
+		if q.HasConfidence {
+			confidence, _ = json.Marshal(q.Confidence)
+		}
+		if q.HasAnswer {
+			if q.Type == evaluation.TypeChoice {
+				answer, _ = json.Marshal(q.Choice)
+			} else {
+				answer, _ = json.Marshal(q.Answer)
+			}
+		}
+		agree := json.RawMessage("false")
+		if Agree(l.typ, l.label, answer) {
+			agree = json.RawMessage("true")
+		}
+		out, err := rewriteLine(l.raw, rewritten, map[string]json.RawMessage{
+			"model": model, "confidence": confidence, "answer": answer, "agree": agree,
+			"route": json.RawMessage(`"replay"`), "request_id": rid,
+		})
+		if err != nil {
+			return result{err: fmt.Errorf("rewriting a line: %v", err)}
+		}
+		res.lines[i] = out
+	}
+	return res
+}
+
+// rewritten are the fields replay sets on a `/labels` line, in the order a
+// line lacking them gets them.
+var rewritten = []string{"request_id", "model", "confidence", "answer", "agree", "route"}
+
+// reader reads answers as the gateway does: a Router with no pins, whose
+// Decide only reads.
+var reader = func() *route.Router {
+	r, err := route.New(route.Config{}, nil, "", nil)
+	if err != nil {
+		panic(err) // an empty config is valid
+	}
+	return r
+}()
+
+// send posts body, retrying 429, 529, other 5xx and transport errors up to
+// MaxAttempts in all, and returns the 200's decompressed body and its
+// x-request-id.
+func (r *replayer) send(ctx context.Context, body []byte) ([]byte, string, error) {
+	var last error
+	for attempt := 1; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.endpoint, bytes.NewReader(body))
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+r.opts.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(HeaderReplay, "1")
+		resp, err := r.opts.Client.Do(req)
+		var wait time.Duration
+		switch {
+		case err != nil:
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err // its message repeats the URL
+			}
+			last = fmt.Errorf("POST %s: %v", r.endpoint, err)
+		default:
+			text, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode == http.StatusOK && readErr == nil:
+				return text, resp.Header.Get("X-Request-Id"), nil
+			case resp.StatusCode == http.StatusOK:
+				last = fmt.Errorf("reading the answer: %v", readErr)
+			case !retryable(resp.StatusCode):
+				return nil, "", fmt.Errorf("answered %s: %s", resp.Status, detail(text))
+			default:
+				last = fmt.Errorf("answered %s: %s", resp.Status, detail(text))
+				wait = retryAfter(resp.Header, time.Now())
+			}
+		}
+		if attempt == MaxAttempts || ctx.Err() != nil {
+			return nil, "", fmt.Errorf("%v (after %d attempts)", last, attempt)
+		}
+		if wait == 0 {
+			wait = time.Duration(500<<(attempt-1)) * time.Millisecond // 0.5s, then 1s, as the official clients back off
+		}
+		if err := r.opts.Sleep(ctx, min(wait, r.opts.MaxWait)); err != nil {
+			return nil, "", err
+		}
+	}
+}
+
+// retryable: overloaded, rate limited, or a server error.
+func retryable(status int) bool {
+	return status == http.StatusTooManyRequests || status >= 500
+}
+
+// retryAfter reads retry-after as seconds or an HTTP date; 0 when absent
+// or unreadable.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 && s < 1e9 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// detail shows an error answer's body, bounded.
+func detail(body []byte) string {
+	b := bytes.TrimSpace(body)
+	if len(b) > 200 {
+		b = append(b[:200:200], "..."...)
+	}
+	return strings.ToValidUTF8(string(b), "?")
+}
+
+// Agree is the contract's agreement of a label with an answer: noul label ==
+// (answer >= 0.5), choice label == answer, score |label - answer| <= 0.5. A
+// null or unreadable answer never agrees, as the review API counts it.
+func Agree(typ string, label, answer json.RawMessage) bool {
+	if string(answer) == "null" || len(answer) == 0 {
+		return false
+	}
+	switch typ {
+	case evaluation.TypeNoul:
+		var l bool
+		var a float64
+		return json.Unmarshal(label, &l) == nil && json.Unmarshal(answer, &a) == nil && l == (a >= 0.5)
+	case evaluation.TypeChoice:
+		var l, a string
+		return json.Unmarshal(label, &l) == nil && json.Unmarshal(answer, &a) == nil && l == a
+	case evaluation.TypeScore:
+		var l, a float64
+		return json.Unmarshal(label, &l) == nil && json.Unmarshal(answer, &a) == nil && math.Abs(l-a) <= 0.5
+	}
+	return false
+}
