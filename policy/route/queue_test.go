@@ -95,12 +95,12 @@ func TestEnqueue(t *testing.T) {
 	})
 	want := []map[string]any{
 		{
-			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence", "audit": "0",
+			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence", "audit": "0", "audit_p": "0",
 			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":0.3,"answer":"good"},{"id":"中文","type":"noul","route":"auto","confidence":0.8,"answer":0.9}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
 		{
-			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response", "audit": "0",
+			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response", "audit": "0", "audit_p": "0",
 			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":null,"answer":null},{"id":"中文","type":"noul","route":"human","confidence":null,"answer":null}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
@@ -365,8 +365,10 @@ func TestAuditDrawUniform(t *testing.T) {
 	const n = 20000
 	drawn := 0
 	for range n {
-		if r.drawAudit() {
+		if ok, p := r.drawAudit(Decision{}); ok {
 			drawn++
+		} else if p != 0.2 {
+			t.Fatalf("probability %v, want 0.2", p)
 		}
 	}
 	// n Bernoulli(0.2) draws: standard deviation about 57; 5 sigma.
@@ -376,7 +378,7 @@ func TestAuditDrawUniform(t *testing.T) {
 	for _, audit := range []float64{0, 1} {
 		r.audit = audit
 		for range 1000 {
-			if r.drawAudit() != (audit == 1) {
+			if ok, _ := r.drawAudit(Decision{}); ok != (audit == 1) {
 				t.Fatalf("audit %v: drew %v", audit, !(audit == 1))
 			}
 		}

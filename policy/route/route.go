@@ -58,6 +58,7 @@ type Router struct {
 	unpinnedAuto bool
 	queue        *queue // nil without a configured queue
 	audit        float64
+	active       *activeDraw // nil unless `audit active`
 
 	// rng draws the audit sample. A source per Router, not the global
 	// one, so a test can seed it; math/rand/v2 sources are not safe for
@@ -96,6 +97,7 @@ func New(cfg Config, client StreamWriter, logger *zap.Logger) (*Router, error) {
 		pins:         make(map[string]*pin, len(cfg.Pins)),
 		unpinnedAuto: cfg.Unpinned == RouteAuto,
 		audit:        cfg.Audit,
+		active:       newActiveDraw(cfg.ActiveAudit),
 		rng:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	for _, p := range cfg.Pins {
