@@ -165,17 +165,3 @@ func parseAudit(d *caddyfile.Dispenser, cfg *route.Config) error {
 	cfg.ActiveAudit = a
 	return nil
 }
-
-// numberArg reads one number, placeholders resolved, leaving the rest of
-// the line to the caller.
-func numberArg(d *caddyfile.Dispenser) (float64, error) {
-	v, err := resolvedArg(d)
-	if err != nil {
-		return 0, err
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return 0, d.Errf("%q is not a number", v)
-	}
-	return f, nil
-}
