@@ -57,4 +57,3 @@ func TestUnmarshalActiveAuditErrors(t *testing.T) {
 		t.Errorf("active audit without a queue: %v", err)
 	}
 }
-

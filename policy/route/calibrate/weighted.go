@@ -191,8 +191,9 @@ const betCap = 0.9
 // walkWeighted runs MethodWeighted's walk over one group's lines.
 func (m *tally) walkWeighted(target, delta float64, nmin int) Group {
 	g := Group{Labels: m.labels}
-	order := slices.Clone(m.scored) // in the order given, for the e-process
-	scored := slices.SortedStableFunc(slices.Values(m.scored), func(a, b point) int { return cmp.Compare(b.confidence, a.confidence) })
+	order := m.scored // in the order given, for the e-process
+	scored := slices.Clone(m.scored)
+	slices.SortFunc(scored, func(a, b point) int { return cmp.Compare(b.confidence, a.confidence) })
 	maxFrom, total := 0.0, 0.0
 	for _, d := range m.draws {
 		maxFrom = max(maxFrom, d.from())
