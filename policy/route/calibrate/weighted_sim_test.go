@@ -163,17 +163,6 @@ func (g grid) traffic(r *rand.Rand, d design, n int, into []Line) []Line {
 	return into
 }
 
-// uniformSample draws n lines of the uniform audit.
-func (g grid) uniformSample(r *rand.Rand, n int, into []Line) []Line {
-	into = into[:0]
-	for range n {
-		c, agree := g.draw(r)
-		into = append(into, Line{Model: "m", Type: "noul", Question: "q", Confidence: c, HasConfidence: true,
-			Agree: agree, Audit: true})
-	}
-	return into
-}
-
 // calibrateOne calibrates one group's lines and returns its outcome.
 func calibrateOne(lines []Line, target, delta float64, method string) Group {
 	res, err := Calibrate(lines, Options{Target: target, Delta: delta, By: ByType, MinLabels: 1, Method: method})
