@@ -100,7 +100,7 @@ func newQueue(cfg Queue, includeContent bool, client StreamWriter, logger *zap.L
 // An entry holds the fields request_id, org, model, route, reason, audit
 // ("1" or "0"), audit_p (the probability the audit drew this response
 // with, a decimal string: the audit fraction, the active audit's share or
-// floor, "0" without an audit), with `audit active` audit_floor and
+// floor; none without an audit), with `audit active` audit_floor and
 // audit_from (its floor and from), questions (a JSON array of
 // {"id","type","route","confidence","answer"}: answer is the noul
 // probability, the choice key or the score; confidence and answer are null
@@ -246,8 +246,8 @@ type entryQuestion struct {
 }
 
 // values returns the entry's fields, in a fixed order. p is the
-// probability the audit drew with (0 without an audit), written on every
-// entry, drawn or not.
+// probability the audit drew with, written on every entry, drawn or not,
+// when an audit is configured.
 func (r *Router) values(d Decision, meta Meta, audit bool, p float64) []string {
 	q := r.queue
 	qs := make([]entryQuestion, len(d.Questions))
@@ -279,9 +279,11 @@ func (r *Router) values(d Decision, meta Meta, audit bool, p float64) []string {
 		"route", d.Route,
 		"reason", d.Reason,
 		"audit", auditField,
-		"audit_p", formatProbability(p),
 		"questions", string(questions),
 		"ts", q.now().UTC().Format(time.RFC3339Nano),
+	}
+	if r.audit > 0 || r.active != nil {
+		v = append(v, "audit_p", formatProbability(p))
 	}
 	if a := r.active; a != nil {
 		// What `calibrate --method weighted` needs beyond p: the least

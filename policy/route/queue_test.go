@@ -95,12 +95,12 @@ func TestEnqueue(t *testing.T) {
 	})
 	want := []map[string]any{
 		{
-			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence", "audit": "0", "audit_p": "0",
+			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence", "audit": "0",
 			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":0.3,"answer":"good"},{"id":"中文","type":"noul","route":"auto","confidence":0.8,"answer":0.9}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
 		{
-			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response", "audit": "0", "audit_p": "0",
+			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response", "audit": "0",
 			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":null,"answer":null},{"id":"中文","type":"noul","route":"human","confidence":null,"answer":null}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
