@@ -37,7 +37,7 @@ const (
 	//   - Otherwise the test is an importance-weighted betting e-process
 	//     (Waudby-Smith and Ramdas, "Estimating means of bounded random
 	//     variables by betting", JRSSB 2023; with importance weights as in
-	//     Xu, Shen and Ramdas et al., "Active, anytime-valid risk controlling
+	//     Xu et al., "Active, anytime-valid risk controlling
 	//     prediction sets", NeurIPS 2024, and Zrnic and Candès, "Active
 	//     statistical inference", ICML 2024). Over every routed answer i,
 	//     drawn or not, Z_i = (D_i / p_i) 1{c_i >= t} (agree_i - Target),
