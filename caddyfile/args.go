@@ -147,6 +147,19 @@ func thresholdArg(d *caddyfile.Dispenser) (*float64, error) {
 
 // fractionArg reads one number (the route policy checks its range).
 func fractionArg(d *caddyfile.Dispenser) (float64, error) {
+	f, err := numberArg(d)
+	if err != nil {
+		return 0, err
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return f, nil
+}
+
+// numberArg reads one number, placeholders resolved, leaving the rest of
+// the line to the caller.
+func numberArg(d *caddyfile.Dispenser) (float64, error) {
 	v, err := resolvedArg(d)
 	if err != nil {
 		return 0, err
@@ -154,9 +167,6 @@ func fractionArg(d *caddyfile.Dispenser) (float64, error) {
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil {
 		return 0, d.Errf("%q is not a number", v)
-	}
-	if d.NextArg() {
-		return 0, d.ArgErr()
 	}
 	return f, nil
 }

@@ -79,11 +79,20 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			unpinned human|auto
 //			queue <stream> [maxlen <n>]
 //			audit <fraction>
+//			audit active <share> [floor <p>] [from <confidence>]
 //			include_content
 //			max_content <size>
 //			on_alarm alert|human
 //		}
 //	}
+//
+// `audit <fraction>` draws every routed 200 with the same probability.
+// `audit active <share> [floor <p>] [from <confidence>]` instead draws a
+// response whose highest confidence is at or above from (default 0.5)
+// with probability share, any other with floor (default share/10, never
+// 0), and writes the probability in the entry's audit_p; thresholds from
+// such labels come from `calibrate --method weighted`
+// (docs/active-audit.md). The two forms exclude each other.
 //
 // Every block is optional; a missing block turns its policy off. Numbers,
 // sizes and durations may be placeholders such as {env.NAME}, resolved when

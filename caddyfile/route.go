@@ -24,7 +24,7 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 		case "queue":
 			err = parseQueue(d, cfg)
 		case "audit":
-			cfg.Audit, err = fractionArg(d)
+			err = parseAudit(d, cfg)
 		case "on_alarm":
 			cfg.OnAlarm, err = oneOf(d, route.OnAlarms)
 		case "include_content":
@@ -128,5 +128,50 @@ func parseQueue(d *caddyfile.Dispenser, cfg *route.Config) error {
 		}
 	}
 	cfg.Queue = q
+	return nil
+}
+
+// parseAudit parses `audit <fraction>` (the uniform audit) or `audit active
+// <share> [floor <p>] [from <confidence>]` (the active audit); package
+// route checks the ranges.
+func parseAudit(d *caddyfile.Dispenser, cfg *route.Config) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.Val() != "active" {
+		d.Prev()
+		var err error
+		cfg.Audit, err = fractionArg(d)
+		return err
+	}
+	a := new(route.ActiveAudit)
+	var err error
+	if a.MaxShare, err = numberArg(d); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for d.NextArg() {
+		name := d.Val()
+		if name != "floor" && name != "from" {
+			return d.Errf("audit active takes a share, then floor <p> and from <confidence>, not %q", name)
+		}
+		if seen[name] {
+			return d.Errf("duplicate %s", name)
+		}
+		seen[name] = true
+		v, err := numberArg(d)
+		if err != nil {
+			return err
+		}
+		if name == "floor" {
+			if v == 0 {
+				return d.Err("audit active: floor 0 would leave answers no chance of a label; the weighted calibration needs every chance above 0")
+			}
+			a.Floor = v
+		} else {
+			a.From = &v
+		}
+	}
+	cfg.ActiveAudit = a
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,10 @@ type entry struct {
 	// tooLarge names the bodies max_content kept out ("request",
 	// "response").
 	tooLarge []string
+	// auditP, auditFloor and auditFrom are the audit's probability, and
+	// the active audit's floor and from, as numbers ("" when the gateway
+	// wrote none).
+	auditP, auditFloor, auditFrom json.Number
 }
 
 // question is one element of an entry's `questions`.
@@ -56,6 +61,7 @@ func parseEntry(m redis.XMessage) entry {
 		audit:     str("audit") == "1",
 		ts:        str("ts"),
 	}
+	e.auditP, e.auditFloor, e.auditFrom = probability(str("audit_p")), probability(str("audit_floor")), probability(str("audit_from"))
 	if err := json.Unmarshal([]byte(str("questions")), &e.questions); err != nil {
 		e.questions = nil
 	}
@@ -78,6 +84,15 @@ func parseEntry(m redis.XMessage) entry {
 		e.response = &v
 	}
 	return e
+}
+
+// probability returns s as a JSON number when it is a number in 0..1,
+// else "" (the field is then left out).
+func probability(s string) json.Number {
+	if v, err := strconv.ParseFloat(s, 64); err == nil && v >= 0 && v <= 1 {
+		return json.Number(strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	return ""
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -171,6 +186,9 @@ type record struct {
 	Label      json.RawMessage `json:"label"`
 	Agree      bool            `json:"agree"`
 	Audit      bool            `json:"audit"`
+	AuditP     json.Number     `json:"audit_p,omitempty"`
+	AuditFloor json.Number     `json:"audit_floor,omitempty"`
+	AuditFrom  json.Number     `json:"audit_from,omitempty"`
 	Route      string          `json:"route"`
 	Reviewer   string          `json:"reviewer"`
 	TS         string          `json:"ts"`

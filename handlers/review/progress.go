@@ -11,13 +11,17 @@ import (
 	"github.com/systemone/systemone-gateway/policy/route/calibrate"
 )
 
-// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>
+// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>&method=<uniform|weighted>
 // with exactly what `systemone-gateway calibrate --json` prints for the
 // labels stored now: the same package computes it (calibrate.Calibrate)
 // and writes it (calibrate.WriteJSON), from the same lines GET /labels
 // exports, read the same way in the same bounded batches. The defaults are
 // the command's (calibrate.DefaultOptions: delta 0.05, by type, min_labels
 // 30); target is required. A missing or bad parameter is a 422 list.
+// Without method, labels the default (uniform) method refuses, those of
+// the active audit, are calibrated with the weighted method, so that the
+// page shows progress under either audit; labels neither method can read
+// (a mix with and without audit_p) are a 422 that says why.
 func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 	opts, errs := progressOptions(r.URL.Query())
 	if errs.any() {
@@ -44,8 +48,16 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := calibrate.Calibrate(lines, opts)
-	if err != nil { // the options were checked above: not reached
-		writeDetail(w, http.StatusInternalServerError, "internal_error")
+	if err != nil && !r.URL.Query().Has("method") {
+		// The labels of the active audit (or of audits drawn with
+		// different shares) are refused by the default method, which
+		// assumes a uniform draw. The page asks with no method: it gets
+		// the weighted method's answer, the one method valid for them.
+		opts.Method = calibrate.MethodWeighted
+		res, err = calibrate.Calibrate(lines, opts)
+	}
+	if err != nil { // the options were checked above: the labels can't be calibrated
+		writeDetail(w, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
 	var out bytes.Buffer
@@ -96,6 +108,14 @@ func progressOptions(query url.Values) (calibrate.Options, errorList) {
 	}
 	if n, ok := positiveInt(&errs, query, "min_labels"); ok {
 		opts.MinLabels = n
+	}
+	if v, ok := query["method"]; ok {
+		if v[0] != calibrate.MethodUniform && v[0] != calibrate.MethodWeighted {
+			expected := literals([]string{calibrate.MethodUniform, calibrate.MethodWeighted})
+			errs.add("literal_error", loc("query", "method"), "Input should be "+expected, jsonString(v[0]), map[string]any{"expected": expected})
+		} else {
+			opts.Method = v[0]
+		}
 	}
 	return opts, errs
 }

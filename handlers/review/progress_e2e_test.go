@@ -110,6 +110,7 @@ func TestReviewProgress(t *testing.T) {
 		"target=0.9&by=model":       "literal_error",
 		"target=0.9&min_labels=0":   "greater_than_equal",
 		"target=0.9&min_labels=1.5": "int_parsing",
+		"target=0.9&method=cp":      "literal_error",
 	} {
 		resp, body := s.call(t, http.MethodGet, "/review/progress?"+query, "")
 		if types, locs := detailTypes(t, resp, body); len(types) != 1 || types[0] != want || locs[0][0] != "query" {
@@ -118,4 +119,35 @@ func TestReviewProgress(t *testing.T) {
 	}
 	resp, body = s.call(t, http.MethodPost, "/review/progress?target=0.9", "")
 	wantDetail(t, resp, body, 405, "method_not_allowed")
+}
+
+// Labels of the active audit: the command's default method refuses them,
+// so /progress without method answers what `calibrate --method weighted
+// --json` prints, and with method=uniform the refusal, as a 422 saying why.
+func TestReviewProgressActiveAudit(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	labels := s.url + "/review/labels"
+	for i := range 40 {
+		confidence := 0.95
+		p := "0.5"
+		if i%4 == 0 {
+			confidence, p = 0.3, "0.05"
+		}
+		id := s.addEntry(t, true, "audit_p", p, "audit_floor", "0.05", "audit_from", "0.5",
+			"questions", fmt.Sprintf(`[{"id":"q","type":"noul","route":"auto","confidence":%v,"answer":0.9}]`, confidence))
+		if resp, body := s.call(t, http.MethodPut, "/review/items/"+id+"/labels", `{"labels":{"q":true},"reviewer":"ann"}`); resp.StatusCode != 204 {
+			t.Fatalf("PUT: %d %s", resp.StatusCode, body)
+		}
+	}
+	want := calibrateJSON(t, "--target", "0.9", "--method", "weighted", "--json", labels)
+	for _, query := range []string{"target=0.9", "target=0.9&method=weighted"} {
+		resp, body := s.call(t, http.MethodGet, "/review/progress?"+query, "")
+		if resp.StatusCode != 200 || string(body) != want {
+			t.Errorf("%s: %d\n%s\nwant\n%s", query, resp.StatusCode, body, want)
+		}
+	}
+	resp, body := s.call(t, http.MethodGet, "/review/progress?target=0.9&method=uniform", "")
+	if resp.StatusCode != 422 || !strings.Contains(string(body), "--method weighted") {
+		t.Errorf("method=uniform: %d %s, want 422 naming --method weighted", resp.StatusCode, body)
+	}
 }

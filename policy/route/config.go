@@ -28,6 +28,10 @@ type Config struct {
 	// entries are an unbiased sample to calibrate thresholds on. Default 0:
 	// no audit. Needs Queue.
 	Audit float64 `json:"audit,omitempty"`
+	// ActiveAudit, instead of Audit, draws each routed 200 with a
+	// probability that depends on its confidence (see ActiveAudit). Default
+	// nil: off. Needs Queue; excludes Audit.
+	ActiveAudit *ActiveAudit `json:"active_audit,omitempty"`
 	// IncludeContent adds the request and response bodies to each queue
 	// entry. Default false: entries then hold ids, routes, confidences and
 	// the model's answers only, and the stream keeps no evaluated content.
@@ -61,6 +65,70 @@ const DefaultMaxContent = 512 << 10
 // minMaxContent is the smallest max_content: below it not even a small
 // request fits, and the setting is surely a typo (512 for 512KiB).
 const minMaxContent = 1 << 10
+
+// ActiveAudit is the `audit active` mode: labels are spent where a
+// threshold can be decided. A routed 200 whose highest question confidence
+// is at or above From is drawn with probability MaxShare, any other with
+// probability Floor, never zero, so that every answer keeps a known chance
+// of being labelled and `calibrate --method weighted` can weigh each drawn
+// answer by 1/p (importance weighting; Zrnic and Candès, "Active
+// statistical inference", ICML 2024). The probability follows the
+// entry's highest confidence, not its lowest, because the calibration's
+// groups are (model, type) and its candidate thresholds are question
+// confidences: every answer at or above a candidate t >= From is then in
+// an entry drawn with MaxShare, so the drawn answers at or above t are a
+// uniform sample of the traffic at or above t, and the exact binomial
+// bound applies there unweighted.
+type ActiveAudit struct {
+	// MaxShare is the probability, in (0, 1], of an answer at or above From,
+	// and so the most any answer is drawn with: the expected share of
+	// traffic drawn is at most MaxShare whatever the confidences are.
+	MaxShare float64 `json:"max_share"`
+	// Floor is the probability, in (0, MaxShare], of every other answer.
+	// Default MaxShare / 10.
+	Floor float64 `json:"floor,omitempty"`
+	// From is the confidence, in 0..1, from which answers are drawn with
+	// MaxShare: set it below the lowest threshold the version may get (for
+	// example its previous pin's minus a margin). Default 0.5.
+	From *float64 `json:"from,omitempty"`
+}
+
+// Defaults of ActiveAudit.
+const (
+	// DefaultActiveFloorRatio is Floor's default as a share of MaxShare.
+	DefaultActiveFloorRatio = 0.1
+	// DefaultActiveFrom is From's default.
+	DefaultActiveFrom = 0.5
+)
+
+// floor returns Floor or its default.
+func (a ActiveAudit) floor() float64 {
+	if a.Floor == 0 {
+		return a.MaxShare * DefaultActiveFloorRatio
+	}
+	return a.Floor
+}
+
+// from returns From or its default.
+func (a ActiveAudit) from() float64 {
+	if a.From == nil {
+		return DefaultActiveFrom
+	}
+	return *a.From
+}
+
+func (a ActiveAudit) validate() error {
+	if !(a.MaxShare > 0 && a.MaxShare <= 1) {
+		return fmt.Errorf("audit active: share %v is not in (0, 1]", a.MaxShare)
+	}
+	if f := a.floor(); !(f > 0 && f <= a.MaxShare) {
+		return fmt.Errorf("audit active: floor %v is not in (0, %v] (the share)", f, a.MaxShare)
+	}
+	if !inUnit(a.from()) {
+		return fmt.Errorf("audit active: from %v is outside 0..1", a.from())
+	}
+	return nil
+}
 
 // Pin is the thresholds tuned against one concrete model version.
 type Pin struct {
@@ -132,12 +200,20 @@ func (c Config) Validate() error {
 	if c.OnAlarm != "" && !slices.Contains(OnAlarms, c.OnAlarm) {
 		return fmt.Errorf("on_alarm must be %q or %q, not %q", OnAlarmAlert, OnAlarmHuman, c.OnAlarm)
 	}
+	if a := c.ActiveAudit; a != nil {
+		if err := a.validate(); err != nil {
+			return err
+		}
+		if c.Audit > 0 {
+			return errors.New("audit and active_audit exclude each other: the draw is uniform or it is not")
+		}
+	}
 	if c.Queue == nil {
 		if c.OnAlarm == OnAlarmHuman {
 			return errors.New("on_alarm human needs a queue: the review handler keeps the alarms of the queue's stream")
 		}
 		// Both would silently do nothing: say so at load time instead.
-		if c.Audit > 0 {
+		if c.Audit > 0 || c.ActiveAudit != nil {
 			return errors.New("audit needs a queue to write the drawn entries to")
 		}
 		if c.IncludeContent {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,9 @@ func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWri
 // draw picked it, whatever its route. The handler calls it for every routed
 // 200 response and lets the Router decide. The draw is made on every call,
 // before the route is looked at, so the audited sample is uniform over all
-// routed responses and independent of route and confidence.
+// routed responses and independent of route and confidence; with `audit
+// active` its probability depends on the confidences only (never the
+// route), and is written in the entry.
 //
 // The write (XADD with MAXLEN ~) runs in the background: Enqueue never
 // blocks and never fails the request. ctx's values are kept, its
@@ -118,7 +121,10 @@ func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWri
 // does nothing.
 //
 // An entry holds the fields request_id, org, model, route, reason, audit
-// ("1" or "0"), questions (a JSON array of
+// ("1" or "0"), audit_p (the probability the audit drew this response
+// with, a decimal string: the audit fraction, the active audit's share or
+// floor; none without an audit), with `audit active` audit_floor and
+// audit_from (its floor and from), questions (a JSON array of
 // {"id","type","route","confidence","answer"}: answer is the noul
 // probability, the choice key or the score; confidence and answer are null
 // when unread), ts (RFC 3339, UTC). With include_content the bodies go to a
@@ -132,7 +138,7 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	if q == nil || meta.Replay {
 		return // a replay is neither queued nor drawn: the audit stays a sample of the traffic
 	}
-	audit := r.drawAudit()
+	audit, p := r.drawAudit(d)
 	if audit {
 		q.audited.Add(1)
 	}
@@ -158,7 +164,7 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	q.mu.Unlock()
 
 	// Built now: the caller may reuse its buffers.
-	values, content := q.values(d, meta, audit)
+	values, content := r.values(d, meta, audit, p)
 	args := &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: values}
 	var contentArgs *redis.XAddArgs
 	if len(content) > 0 {
@@ -221,17 +227,54 @@ func (r *Router) QueueStats() QueueStats {
 	return QueueStats{Enqueued: q.enqueued.Load(), Audited: q.audited.Load(), Dropped: q.dropped.Load(), Failed: q.failed.Load()}
 }
 
-// drawAudit reports whether this response is drawn for the audit: true
-// with probability Config.Audit. rand.Float64 is in [0, 1), so audit 0
-// never draws and audit 1 always does.
-func (r *Router) drawAudit() bool {
-	if r.audit <= 0 {
-		return false
+// drawAudit reports whether this response is drawn for the audit, and the
+// probability it was drawn with: Config.Audit for the uniform audit, the
+// active audit's probability for d's highest confidence with `audit
+// active`. rand.Float64 is in [0, 1), so a probability of 0 never draws
+// and 1 always does.
+func (r *Router) drawAudit(d Decision) (bool, float64) {
+	p := r.audit
+	if r.active != nil {
+		p = r.active.probability(d)
+	}
+	if p <= 0 {
+		return false, 0
 	}
 	r.rngMu.Lock()
 	v := r.rng.Float64()
 	r.rngMu.Unlock()
-	return v < r.audit
+	return v < p, p
+}
+
+// activeDraw is ActiveAudit with its defaults filled in.
+type activeDraw struct {
+	share, floor, from float64
+}
+
+func newActiveDraw(a *ActiveAudit) *activeDraw {
+	if a == nil {
+		return nil
+	}
+	return &activeDraw{share: a.MaxShare, floor: a.floor(), from: a.from()}
+}
+
+// probability is the share for a response whose highest confidence is at
+// or above from, else the floor (also when no confidence was read). The
+// highest, so that every question at or above from, whatever the other
+// questions of its response, is drawn with the share (see ActiveAudit).
+func (a *activeDraw) probability(d Decision) float64 {
+	for _, q := range d.Questions {
+		if q.HasConfidence && q.Confidence >= a.from {
+			return a.share
+		}
+	}
+	return a.floor
+}
+
+// formatProbability writes a probability as a plain decimal string
+// ("0.05", never "5e-02"), the shortest that reads back as the same float.
+func formatProbability(p float64) string {
+	return strconv.FormatFloat(p, 'f', -1, 64)
 }
 
 // entryQuestion is one element of an entry's `questions` field.
@@ -256,8 +299,11 @@ func ContentStream(stream string) string { return stream + ":content" }
 
 // values returns the entry's fields, in a fixed order, and with
 // include_content the fields of its content entry (nil when no body fits
-// in maxContent, or without include_content).
-func (q *queue) values(d Decision, meta Meta, audit bool) (entry, content []string) {
+// in maxContent, or without include_content). p is the probability the
+// audit drew with, written on every entry, drawn or not, when an audit is
+// configured.
+func (r *Router) values(d Decision, meta Meta, audit bool, p float64) (entry, content []string) {
+	q := r.queue
 	qs := make([]entryQuestion, len(d.Questions))
 	for i, dq := range d.Questions {
 		qs[i] = entryQuestion{ID: dq.ID, Type: dq.Type, Route: dq.Route}
@@ -289,6 +335,15 @@ func (q *queue) values(d Decision, meta Meta, audit bool) (entry, content []stri
 		"audit", auditField,
 		"questions", string(questions),
 		"ts", q.now().UTC().Format(time.RFC3339Nano),
+	}
+	if r.audit > 0 || r.active != nil {
+		v = append(v, "audit_p", formatProbability(p))
+	}
+	if a := r.active; a != nil {
+		// What `calibrate --method weighted` needs beyond p: the least
+		// probability any answer could be drawn with, and the confidence
+		// from which every answer is drawn with the share.
+		v = append(v, "audit_floor", formatProbability(a.floor), "audit_from", formatProbability(a.from))
 	}
 	if !q.includeContent {
 		return v, nil

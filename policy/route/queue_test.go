@@ -441,8 +441,10 @@ func TestAuditDrawUniform(t *testing.T) {
 	const n = 20000
 	drawn := 0
 	for range n {
-		if r.drawAudit() {
+		if ok, p := r.drawAudit(Decision{}); ok {
 			drawn++
+		} else if p != 0.2 {
+			t.Fatalf("probability %v, want 0.2", p)
 		}
 	}
 	// n Bernoulli(0.2) draws: standard deviation about 57; 5 sigma.
@@ -452,7 +454,7 @@ func TestAuditDrawUniform(t *testing.T) {
 	for _, audit := range []float64{0, 1} {
 		r.audit = audit
 		for range 1000 {
-			if r.drawAudit() != (audit == 1) {
+			if ok, _ := r.drawAudit(Decision{}); ok != (audit == 1) {
 				t.Fatalf("audit %v: drew %v", audit, !(audit == 1))
 			}
 		}

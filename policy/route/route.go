@@ -67,6 +67,7 @@ type Router struct {
 	queue        *queue // nil without a configured queue
 	audit        float64
 	alarms       *alarmWatch // nil unless on_alarm human
+	active       *activeDraw // nil unless `audit active`
 
 	// rng draws the audit sample. A source per Router, not the global
 	// one, so a test can seed it; math/rand/v2 sources are not safe for
@@ -114,6 +115,7 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, 
 		pins:         make(map[string]*pin, len(cfg.Pins)),
 		unpinnedAuto: cfg.Unpinned == RouteAuto,
 		audit:        cfg.Audit,
+		active:       newActiveDraw(cfg.ActiveAudit),
 		rng:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	for _, p := range cfg.Pins {

@@ -75,6 +75,9 @@ type Line struct {
 	// random and independently of its route and confidence. Only such lines
 	// are a sample of the traffic; the others are ignored.
 	Audit bool
+	// Draw is how the audit drew the line (`audit_p`, `audit_floor`,
+	// `audit_from`); the zero value when the line says nothing of it.
+	Draw Draw
 }
 
 // Options are the calibration's parameters. DefaultOptions gives the
@@ -93,6 +96,9 @@ type Options struct {
 	// ByQuestion, for a group of its own; at least 1, the command's default
 	// is 30. It is not read with ByType.
 	MinLabels int
+	// Method is MethodUniform (also ""), the contract's method, or
+	// MethodWeighted, for lines of the active audit (weighted.go).
+	Method string
 }
 
 // DefaultOptions returns the command's defaults: Delta 0.05, By "type",
@@ -116,6 +122,9 @@ func (o Options) Validate() error {
 	}
 	if o.MinLabels < 1 {
 		errs = append(errs, fmt.Errorf("--min-labels %d is less than 1", o.MinLabels))
+	}
+	if o.Method != "" && o.Method != MethodUniform && o.Method != MethodWeighted {
+		errs = append(errs, fmt.Errorf("--method %q is not %q or %q", o.Method, MethodUniform, MethodWeighted))
 	}
 	return errors.Join(errs...)
 }
@@ -191,6 +200,9 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 		}
 		audited = append(audited, l)
 	}
+	if err := checkDraws(audited, opts.Method); err != nil {
+		return Result{}, err
+	}
 
 	// A question id of its own, with ByQuestion: enough audited lines, and
 	// one type within its model. A pin's `question <id>` threshold applies
@@ -246,7 +258,11 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 
 	nmin := MinLines(opts.Target, opts.Delta)
 	for k, m := range members {
-		g := m.walk(opts.Target, opts.Delta, nmin)
+		walk := m.walk
+		if opts.Method == MethodWeighted {
+			walk = m.walkWeighted
+		}
+		g := walk(opts.Target, opts.Delta, nmin)
 		g.Model, g.Type, g.Question = k.model, k.typ, k.question
 		res.Groups = append(res.Groups, g)
 	}
@@ -286,17 +302,20 @@ func typeGroup(groups []Group, q Group) (Group, bool) {
 type tally struct {
 	labels int     // every line, with a confidence or not
 	scored []point // the lines with a confidence
+	draws  []Draw  // every line's draw, in the order added (weighted.go)
 }
 
 type point struct {
 	confidence float64
 	agree      bool
+	draw       int // index in draws
 }
 
 func (m *tally) add(l Line) {
 	m.labels++
+	m.draws = append(m.draws, l.Draw)
 	if l.HasConfidence {
-		m.scored = append(m.scored, point{l.Confidence, l.Agree})
+		m.scored = append(m.scored, point{l.Confidence, l.Agree, len(m.draws) - 1})
 	}
 }
 
@@ -324,23 +343,30 @@ func (m *tally) walk(target, delta float64, nmin int) Group {
 		g.Threshold, g.HasThreshold = c.confidence, true
 		g.Agree, g.N, g.LowerBound = c.k, c.n, lb
 	}
+	if g.HasThreshold {
+		g.Coverage = float64(g.N) / float64(g.Labels)
+	}
+	g.explain(cands, target, delta, nmin)
+	return g
+}
+
+// explain fills in what a group's walk over cands leaves to say: its top
+// confidence and scored lines, and for a group without a threshold why
+// not and how many labels it needs. Both methods' walks end with it.
+func (g *Group) explain(cands []candidate, target, delta float64, nmin int) {
 	g.Top = 1
 	if len(cands) > 0 {
 		last := cands[len(cands)-1]
 		g.Top, g.Scored, g.ScoredAgree = cands[0].confidence, last.n, last.k
 	}
-	switch {
-	case g.HasThreshold:
-		g.Coverage = float64(g.N) / float64(g.Labels)
-	case g.N > 0:
+	if g.HasThreshold {
+		return
+	}
+	g.Why = WhyTooFew
+	if g.N > 0 {
 		g.Why = WhyBelowTarget
-	default:
-		g.Why = WhyTooFew
 	}
-	if !g.HasThreshold {
-		g.LabelsNeeded = labelsNeeded(cands, target, delta, nmin)
-	}
-	return g
+	g.LabelsNeeded = labelsNeeded(cands, target, delta, nmin)
 }
 
 // LowerBound is the one-sided Clopper-Pearson lower bound, at confidence

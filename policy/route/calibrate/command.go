@@ -13,7 +13,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "calibrate",
-		Usage: "--target <agreement> [--delta <risk>] [--by type|question] [--min-labels <n>] [--json] <labels>",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question] [--min-labels <n>] [--method uniform|weighted] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
 		Long: `
 Computes, for each model version and question type (and, with --by
@@ -41,7 +41,11 @@ prints the groups as JSON instead, with unrounded thresholds.
 
 No audited label at all is an error (exit status 1).
 
-Defaults: --delta 0.05, --by type, --min-labels 30.
+--method weighted reads the labels of the active audit (audit active),
+weighing each line by 1/audit_p, with the same guarantee
+(docs/active-audit.md); the default method refuses such lines.
+
+Defaults: --delta 0.05, --by type, --min-labels 30, --method uniform.
 `,
 		CobraFunc: setUp,
 	})
@@ -56,6 +60,7 @@ func setUp(cmd *cobra.Command) {
 	fl.Float64("delta", defaults.Delta, "risk that the guarantee fails, in (0, 1)")
 	fl.String("by", defaults.By, `group by "type", or by "question" id where one has enough labels`)
 	fl.Int("min-labels", defaults.MinLabels, "audited labels a question id needs for a group of its own (with --by question)")
+	fl.String("method", MethodUniform, `"uniform", or "weighted" for the labels of the active audit`)
 	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
 	cmd.Args = func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {
@@ -77,6 +82,7 @@ func run(cmd *cobra.Command, args []string) error {
 	opts.Delta, _ = fl.GetFloat64("delta")
 	opts.By, _ = fl.GetString("by")
 	opts.MinLabels, _ = fl.GetInt("min-labels")
+	opts.Method, _ = fl.GetString("method")
 	asJSON, _ := fl.GetBool("json")
 	if err = opts.Validate(); err != nil {
 		return err // before any fetching: a typo should not cost a download

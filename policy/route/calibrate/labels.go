@@ -175,6 +175,9 @@ func parseLine(raw []byte) (Line, error) {
 	get("audit", &l.Audit, "true or false", false)
 	const wantConfidence = "a number from 0 to 1 or null"
 	l.HasConfidence = get("confidence", &l.Confidence, wantConfidence, true)
+	if err == nil {
+		l.Draw, err = readDraw(fields)
+	}
 	if err != nil {
 		return Line{}, err
 	}
