@@ -94,13 +94,14 @@ type Set struct {
 	closed atomic.Bool
 }
 
-// New returns a Set with cfg's settings, zero fields taking their defaults.
+// New returns a Set with cfg's settings, zero fields taking their defaults,
+// or cfg's error (see Validate; the caller names the block).
 // A Set with the same settings as a live one shares its breakers. logger
 // receives the state changes (warn on open, info on close, info on
 // half-open); nil discards them. Call Close when the config is unloaded.
 func New(cfg Config, logger *zap.Logger) (*Set, error) {
-	if cfg.OpenFor < 0 {
-		return nil, fmt.Errorf("breaker: open_for must be positive, got %v", time.Duration(cfg.OpenFor))
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if logger == nil {
 		logger = zap.NewNop()
@@ -114,7 +115,7 @@ func New(cfg Config, logger *zap.Logger) (*Set, error) {
 		return &table{settings: st, seq: tableSeq.Add(1), models: make(map[string]*breaker)}, nil
 	})
 	if err != nil { // the constructor never fails
-		return nil, fmt.Errorf("breaker: %v", err)
+		return nil, err
 	}
 	s := &Set{table: v.(*table), logger: logger}
 	s.table.join(s)
