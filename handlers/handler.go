@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/internal/drain"
+	"github.com/systemone/systemone-gateway/internal/keyprefix"
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/policy/breaker"
 	"github.com/systemone/systemone-gateway/policy/guardrails"
@@ -122,11 +123,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	prefix := repl.ReplaceAll(h.KeyPrefix, "")
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	if err := checkKeyPrefix(prefix); err != nil {
+	prefix, err := keyprefix.Resolve(repl, h.KeyPrefix)
+	if err != nil {
 		return err
 	}
 	if len(h.Redis) > 0 {
@@ -171,17 +169,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// DefaultKeyPrefix is the key prefix KeyPrefix defaults to.
-const DefaultKeyPrefix = "systemone:"
-
-// checkKeyPrefix refuses a prefix with a Redis Cluster hash tag: it would
-// put every organization in one slot (the organization is the hash tag).
-func checkKeyPrefix(prefix string) error {
-	if strings.ContainsAny(prefix, "{}") {
-		return fmt.Errorf("key_prefix %q: must not contain { or }", prefix)
-	}
-	return nil
-}
+// DefaultKeyPrefix is the key prefix KeyPrefix defaults to (the same for
+// systemone_review; package keyprefix has the rule both follow).
+const DefaultKeyPrefix = keyprefix.Default
 
 func replaceAll(repl *caddy.Replacer, values []string) []string {
 	out := make([]string, 0, len(values))
@@ -206,7 +196,7 @@ func (h *Handler) Validate() error {
 	}
 	// Placeholders known now ({env.*}) are resolved for the check; the
 	// value is checked again once resolved in Provision.
-	if err := checkKeyPrefix(caddy.NewReplacer().ReplaceAll(h.KeyPrefix, "")); err != nil {
+	if _, err := keyprefix.Resolve(caddy.NewReplacer(), h.KeyPrefix); err != nil {
 		return err
 	}
 	if len(h.Redis) > 0 && !strings.Contains(strings.Join(h.Redis, ""), "{") {
