@@ -45,13 +45,18 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			requests_per_minute <n>
 //			tokens_per_second   <n>
 //			token_burst         <n>
+//			budget              <yuan> per day|month
+//			price               <yuan>
+//			budget_timezone     <zone>
 //			org <id> {
 //				requests_per_minute <n>
 //				tokens_per_second   <n>
 //				token_burst         <n>
+//				budget              <yuan> per day|month
 //			}
 //			on_store_error      local|allow|deny
 //			store_timeout       <duration>
+//			local_allowance     [<share>% [<interval>]]
 //		}
 //		guardrails <base_url> {
 //			api_key        <key>
@@ -83,7 +88,12 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		}
 //	}
 //
-// Every block is optional; a missing block turns its policy off. Numbers,
+// Every block is optional; a missing block turns its policy off. Each
+// block's options, defaults and ranges are documented on its policy's
+// Config (package limits, guardrails, breaker, route). TestSyntaxBlocks
+// checks this syntax block against what the parser accepts: an option
+// added to the parser must be added here, and every option shown here
+// must adapt. Numbers,
 // sizes and durations may be placeholders such as {env.NAME}, resolved when
 // the Caddyfile is adapted; strings (URLs, keys, file names) keep their
 // placeholders until the config is provisioned, so a secret given as
