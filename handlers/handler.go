@@ -119,7 +119,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.metrics, err = newMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	h.identity, err = identity.New(repl.ReplaceAll(h.OrgHeader, ""), repl.ReplaceAll(h.OrgKeys, ""), h.UnknownKeys)
+	h.identity, err = identity.New(h.OrgHeader, h.OrgKeys, h.UnknownKeys)
 	if err != nil {
 		return err
 	}
@@ -188,8 +188,8 @@ func (h *Handler) Validate() error {
 	if h.MaxBody < 0 {
 		return fmt.Errorf("max_body must not be negative")
 	}
-	if h.UnknownKeys == identity.UnknownReject && h.OrgKeys == "" {
-		return fmt.Errorf("unknown_keys reject needs org_keys")
+	if err := identity.Validate(h.OrgKeys, h.UnknownKeys); err != nil {
+		return err
 	}
 	if len(h.MetricsOrgs) > 0 && !h.PerOrgMetrics {
 		return fmt.Errorf("metrics_orgs needs per_org_metrics")
