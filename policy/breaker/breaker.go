@@ -316,13 +316,6 @@ func (t *table) evict() {
 	}
 }
 
-// size is how many breakers the table holds.
-func (t *table) size() int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.models)
-}
-
 func (t *table) newBreaker(model string, seq uint64) *breaker {
 	b := &breaker{table: t, model: model, seq: seq}
 	b.touch()
