@@ -93,6 +93,7 @@ func TestEstimateWorstCase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("punctuation: estimated %d, billed %d", req.EstimatedTokens, e.usage().total)
 	if r := float64(e.usage().total) / float64(req.EstimatedTokens); r < 3.9 || r > 4+float64(questionOverhead+1)/float64(req.EstimatedTokens) {
 		t.Errorf("punctuation: billed %d, estimated %d (%.2fx), want nearly 4x", e.usage().total, req.EstimatedTokens, r)
 	}
