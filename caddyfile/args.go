@@ -2,7 +2,6 @@ package caddyfile
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 
@@ -116,15 +115,20 @@ func countArg(d *caddyfile.Dispenser) (*int64, error) {
 	return &n, nil
 }
 
-func positiveArg(d *caddyfile.Dispenser) (*int64, error) {
+// countOf reads a whole number >= 0 and has the policy's check turn it
+// into its value (check names the option in its message).
+func countOf[T any](d *caddyfile.Dispenser, check func(option string, n int64) (T, error)) (T, error) {
+	option := d.Val() // the subdirective, before its argument is read
 	n, err := countArg(d)
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	if *n == 0 || *n > math.MaxUint32 {
-		return nil, d.Errf("%d is not a whole number from 1 to %d", *n, uint32(math.MaxUint32))
+	v, err := check(option, *n)
+	if err != nil {
+		return v, d.Err(err.Error())
 	}
-	return n, nil
+	return v, nil
 }
 
 func thresholdArg(d *caddyfile.Dispenser) (*float64, error) {

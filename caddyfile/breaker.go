@@ -6,31 +6,30 @@ import (
 	"github.com/systemone/systemone-gateway/policy/breaker"
 )
 
-// parseBreaker parses the `breaker` block.
+// parseBreaker parses the `breaker` block; package breaker validates it.
 func parseBreaker(d *caddyfile.Dispenser) (*breaker.Config, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
+	at := blockErr(d)
 	cfg := new(breaker.Config)
 	if err := block(d, func(name string) (err error) {
-		var n *int64
 		switch name {
 		case "failures":
-			if n, err = positiveArg(d); err == nil {
-				cfg.Failures = uint32(*n)
-			}
+			cfg.Failures, err = countOf(d, breaker.Count)
 		case "open_for":
 			cfg.OpenFor, err = durationArg(d)
 		case "half_open":
-			if n, err = positiveArg(d); err == nil {
-				cfg.HalfOpen = uint32(*n)
-			}
+			cfg.HalfOpen, err = countOf(d, breaker.Count)
 		default:
 			return d.Errf("unknown breaker subdirective %q", name)
 		}
 		return err
 	}); err != nil {
 		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, at(err)
 	}
 	return cfg, nil
 }

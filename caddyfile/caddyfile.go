@@ -45,13 +45,18 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			requests_per_minute <n>
 //			tokens_per_second   <n>
 //			token_burst         <n>
+//			budget              <yuan> per day|month
+//			price               <yuan>
+//			budget_timezone     <zone>
 //			org <id> {
 //				requests_per_minute <n>
 //				tokens_per_second   <n>
 //				token_burst         <n>
+//				budget              <yuan> per day|month
 //			}
 //			on_store_error      local|allow|deny
 //			store_timeout       <duration>
+//			local_allowance     [<share>% [<interval>]]
 //		}
 //		guardrails <base_url> {
 //			api_key        <key>
@@ -78,8 +83,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			}
 //			unpinned human|auto
 //			queue <stream> [maxlen <n>]
-//			audit <fraction>
-//			audit active <share> [floor <p>] [from <confidence>]
+//			audit <fraction>|active <share> [floor <p>] [from <confidence>]
 //			include_content
 //			max_content <size>
 //			on_alarm alert|human
@@ -94,7 +98,12 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // such labels come from `calibrate --method weighted`
 // (docs/active-audit.md). The two forms exclude each other.
 //
-// Every block is optional; a missing block turns its policy off. Numbers,
+// Every block is optional; a missing block turns its policy off. Each
+// block's options, defaults and ranges are documented on its policy's
+// Config (package limits, guardrails, breaker, route). TestSyntaxBlocks
+// checks this syntax block against what the parser accepts: an option
+// added to the parser must be added here, and every option shown here
+// must adapt. Numbers,
 // sizes and durations may be placeholders such as {env.NAME}, resolved when
 // the Caddyfile is adapted; strings (URLs, keys, file names) keep their
 // placeholders until the config is provisioned, so a secret given as

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/internal/drain"
+	"github.com/systemone/systemone-gateway/internal/keyprefix"
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/policy/breaker"
 	"github.com/systemone/systemone-gateway/policy/guardrails"
@@ -118,15 +119,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.metrics, err = newMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	h.identity, err = identity.New(repl.ReplaceAll(h.OrgHeader, ""), repl.ReplaceAll(h.OrgKeys, ""), h.UnknownKeys)
+	h.identity, err = identity.New(h.OrgHeader, h.OrgKeys, h.UnknownKeys)
 	if err != nil {
 		return err
 	}
-	prefix := repl.ReplaceAll(h.KeyPrefix, "")
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	if err := checkKeyPrefix(prefix); err != nil {
+	prefix, err := keyprefix.Resolve(repl, h.KeyPrefix)
+	if err != nil {
 		return err
 	}
 	if len(h.Redis) > 0 {
@@ -171,17 +169,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// DefaultKeyPrefix is the key prefix KeyPrefix defaults to.
-const DefaultKeyPrefix = "systemone:"
-
-// checkKeyPrefix refuses a prefix with a Redis Cluster hash tag: it would
-// put every organization in one slot (the organization is the hash tag).
-func checkKeyPrefix(prefix string) error {
-	if strings.ContainsAny(prefix, "{}") {
-		return fmt.Errorf("key_prefix %q: must not contain { or }", prefix)
-	}
-	return nil
-}
+// DefaultKeyPrefix is the key prefix KeyPrefix defaults to (the same for
+// systemone_review; package keyprefix has the rule both follow).
+const DefaultKeyPrefix = keyprefix.Default
 
 func replaceAll(repl *caddy.Replacer, values []string) []string {
 	out := make([]string, 0, len(values))
@@ -198,8 +188,8 @@ func (h *Handler) Validate() error {
 	if h.MaxBody < 0 {
 		return fmt.Errorf("max_body must not be negative")
 	}
-	if h.UnknownKeys == identity.UnknownReject && h.OrgKeys == "" {
-		return fmt.Errorf("unknown_keys reject needs org_keys")
+	if err := identity.Validate(h.OrgKeys, h.UnknownKeys); err != nil {
+		return err
 	}
 	if len(h.MetricsOrgs) > 0 && !h.PerOrgMetrics {
 		return fmt.Errorf("metrics_orgs needs per_org_metrics")
@@ -209,7 +199,7 @@ func (h *Handler) Validate() error {
 	}
 	// Placeholders known now ({env.*}) are resolved for the check; the
 	// value is checked again once resolved in Provision.
-	if err := checkKeyPrefix(caddy.NewReplacer().ReplaceAll(h.KeyPrefix, "")); err != nil {
+	if _, err := keyprefix.Resolve(caddy.NewReplacer(), h.KeyPrefix); err != nil {
 		return err
 	}
 	if len(h.Redis) > 0 && !strings.Contains(strings.Join(h.Redis, ""), "{") {

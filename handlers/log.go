@@ -1,11 +1,15 @@
 package handlers
 
 import (
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/systemone/systemone-gateway/policy/breaker"
 )
 
 // record counts a finished evaluation request in the metrics, puts it on
@@ -46,9 +50,9 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	if x.route != nil {
 		routeName, routeReason = x.route.Route, x.route.Reason
 	}
-	enc.AddString("org", x.org)
-	enc.AddString("model_requested", modelRequested)
-	enc.AddString("model", x.model)
+	enc.AddString("org", capped(x.org))
+	enc.AddString("model_requested", capped(modelRequested))
+	enc.AddString("model", capped(x.model))
 	enc.AddInt("status", x.status)
 	enc.AddString("reject", x.reject)
 	enc.AddString("route", routeName)
@@ -76,7 +80,7 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddString("breaker_state", e.breakerState)
 	addFloatOrNull(enc, "upstream_ms", x.forwarded, func() float64 { return millis(x.upstream) })
 	enc.AddFloat64("total_ms", millis(e.total))
-	enc.AddString("request_id", x.requestID)
+	enc.AddString("request_id", capped(x.requestID))
 	// Why reverse_proxy could not reach the upstream (a dial or read
 	// error: addresses, never content), beside the 502/504 it became.
 	var upstreamError string
@@ -85,6 +89,27 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	}
 	enc.AddString("upstream_error", upstreamError)
 	return budgetLog{x}.MarshalLogObject(enc)
+}
+
+// maxLoggedString bounds, in bytes, each string of a log entry or span that
+// a client or the upstream chooses (the requested model, the org from
+// org_header, the upstream's model and request id): 256, as the longest
+// model name that gets a breaker. A 3 MB model name must not make a 3 MB
+// log line.
+const maxLoggedString = breaker.MaxModelLen
+
+// capped is s cut to maxLoggedString bytes at a character boundary, and
+// marked as cut with the length it had: "<first bytes>…(truncated, 3000000
+// bytes)". A string within the bound is returned as it is.
+func capped(s string) string {
+	if len(s) <= maxLoggedString {
+		return s
+	}
+	cut := maxLoggedString
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(truncated, " + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // addFloatOrNull adds the value of f when ok, else null.

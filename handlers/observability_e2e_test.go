@@ -362,3 +362,32 @@ func TestSettlementsLostMetric(t *testing.T) {
 		t.Errorf("after the reload retired the limiter: %d lost, want %d", n, before+1)
 	}
 }
+
+// A client's model name, however long, makes a log line of bounded size:
+// model_requested is cut to 256 bytes at a character boundary and marked
+// with the length it had (the request itself is forwarded as it came).
+func TestLoggedModelCapped(t *testing.T) {
+	sim := newSimulator(t, simulator.Handler{})
+	sites, url := site(t, sim.Addr(), "")
+	g := gatewaytest.Load(t, sites)
+
+	// 255 ASCII bytes, then 2-byte characters: byte 256 is the middle of
+	// one, so the cut goes back to 255.
+	model := strings.Repeat("m", 255) + strings.Repeat("é", 512*1024)
+	resp, body := post(t, url, "k", `{"model":"`+model+`","state":"s","questions":{"q":{"type":"noul","instructions":"x"}}}`)
+	if resp.StatusCode == 0 {
+		t.Fatalf("no answer: %s", body)
+	}
+	waitLog(t, g.Log, "systemone request", 1, 5*time.Second)
+	want := strings.Repeat("m", 255) + "…(truncated, " + strconv.Itoa(len(model)) + " bytes)"
+	for _, e := range g.Log() {
+		if e["msg"] == "systemone request" && e["model_requested"] != want {
+			t.Errorf("model_requested %.300q, want %q", e["model_requested"], want)
+		}
+	}
+	for line := range bytes.SplitSeq(g.RawLog(), []byte("\n")) {
+		if len(line) > 4096 {
+			t.Errorf("a log line of %d bytes: %.200s", len(line), line)
+		}
+	}
+}

@@ -19,7 +19,7 @@ func (h *Handler) settle(x *exchange, d limits.Decision) {
 	billed := x.billedTokens()
 	if billed > 0 && !x.hasUsage && d.Allowed {
 		if ce := h.logger.Check(zapcore.WarnLevel, "no usage in the upstream's 200; charged the estimate"); ce != nil {
-			ce.Write(zap.String("org", x.org), zap.Int64("tokens_estimated", billed), zap.String("request_id", x.requestID))
+			ce.Write(zap.String("org", capped(x.org)), zap.Int64("tokens_estimated", billed), zap.String("request_id", capped(x.requestID)))
 		}
 	}
 	h.limiter.Settle(d, billed)

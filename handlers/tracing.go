@@ -112,7 +112,7 @@ func endReadAnswer(span trace.Span, x *exchange, status, bodyBytes int, readable
 		attrs = append(attrs, attribute.Int(attrResponseBytes, bodyBytes), attribute.Bool(attrResponseRead, readable))
 	}
 	if x.model != "" {
-		attrs = append(attrs, attribute.String(attrModel, x.model))
+		attrs = append(attrs, attribute.String(attrModel, capped(x.model)))
 	}
 	if x.route != nil {
 		attrs = append(attrs, attribute.String(attrRoute, x.route.Route), attribute.String(attrRouteReason, x.route.Reason))
@@ -133,7 +133,7 @@ func (x *exchange) annotate(breakerState string) {
 	attrs := make([]attribute.KeyValue, 0, 14)
 	add := func(key, value string) {
 		if value != "" {
-			attrs = append(attrs, attribute.String(key, value))
+			attrs = append(attrs, attribute.String(key, capped(value)))
 		}
 	}
 	add(attrOrg, x.org)

@@ -21,12 +21,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/internal/drain"
+	"github.com/systemone/systemone-gateway/internal/keyprefix"
 	"github.com/systemone/systemone-gateway/internal/redispool"
 )
 
 // DefaultKeyPrefix is the key prefix KeyPrefix defaults to, the same as the
 // `systemone` handler's.
-const DefaultKeyPrefix = "systemone:"
+const DefaultKeyPrefix = keyprefix.Default
 
 // storeTimeout bounds each Redis round trip of a request; a person is
 // waiting, but a Redis that needs longer than this is in trouble.
@@ -90,18 +91,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		urls = append(urls, strings.Fields(repl.ReplaceAll(u, ""))...)
 	}
 	stream := repl.ReplaceAll(h.Stream, "")
-	prefix := DefaultKeyPrefix
-	if h.KeyPrefix != "" {
-		prefix = repl.ReplaceAll(h.KeyPrefix, "")
-	}
+	prefix, prefixErr := keyprefix.Resolve(repl, h.KeyPrefix)
 	if len(urls) == 0 {
 		return errors.New("redis: required (the gateway's Redis)")
 	}
 	if stream == "" {
 		return errors.New("stream: required (the gateway's review stream)")
 	}
-	if err := checkPrefix(prefix); err != nil {
-		return err
+	if prefixErr != nil {
+		return prefixErr
 	}
 	if err := redispool.Validate(urls); err != nil {
 		return fmt.Errorf("redis: %v", err)

@@ -68,18 +68,6 @@ func newStore(client redis.UniversalClient, prefix, stream string) *store {
 func (s *store) indexKey() string          { return s.base + "labeled" }
 func (s *store) entryKey(id string) string { return s.base + "entry:" + id }
 
-// checkPrefix rejects a key prefix whose first '{' is directly followed by
-// '}': an empty hash tag makes Redis Cluster hash each whole key, which
-// would scatter one label write over several slots. Any other prefix keeps
-// the keys of one stream in one slot: every key starts with the prefix, so
-// the first complete hash tag of each is the same.
-func checkPrefix(prefix string) error {
-	if i := strings.IndexByte(prefix, '{'); i >= 0 && strings.HasPrefix(prefix[i+1:], "}") {
-		return fmt.Errorf("key_prefix %q: an empty hash tag {} would spread one stream's label keys over Redis Cluster slots", prefix)
-	}
-	return nil
-}
-
 // streamID is a stream entry id, <ms>-<seq>.
 type streamID struct{ ms, seq uint64 }
 

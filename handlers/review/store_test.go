@@ -168,17 +168,6 @@ func TestStoreCluster(t *testing.T) {
 	}
 }
 
-func TestCheckPrefix(t *testing.T) {
-	for prefix, ok := range map[string]bool{
-		"systemone:": true, "": true, "a{b}:": true, "a{": true, "}{x}": true, "a}{": true,
-		"a{}:": false, "{}": false,
-	} {
-		if err := checkPrefix(prefix); (err == nil) != ok {
-			t.Errorf("%q: %v", prefix, err)
-		}
-	}
-}
-
 func TestParseID(t *testing.T) {
 	for _, tc := range []struct {
 		in      string

@@ -94,13 +94,15 @@ type Set struct {
 	closed atomic.Bool
 }
 
-// New returns a Set with cfg's settings, zero fields taking their defaults.
+// New returns a Set with cfg's settings, zero fields taking their defaults,
+// or cfg's error (see Validate; the caller names the block).
 // A Set with the same settings as a live one shares its breakers. logger
 // receives the state changes (warn on open, info on close, info on
-// half-open); nil discards them. Call Close when the config is unloaded.
+// half-open; beyond LogBurst changes to a state per LogInterval, one summary
+// line for the rest); nil discards them. Call Close when the config is unloaded.
 func New(cfg Config, logger *zap.Logger) (*Set, error) {
-	if cfg.OpenFor < 0 {
-		return nil, fmt.Errorf("breaker: open_for must be positive, got %v", time.Duration(cfg.OpenFor))
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if logger == nil {
 		logger = zap.NewNop()
@@ -111,10 +113,12 @@ func New(cfg Config, logger *zap.Logger) (*Set, error) {
 		halfOpen: cmp.Or(cfg.HalfOpen, DefaultHalfOpen),
 	}
 	v, _, err := tables.LoadOrNew(st.key(), func() (caddy.Destructor, error) {
-		return &table{settings: st, seq: tableSeq.Add(1), models: make(map[string]*breaker)}, nil
+		t := &table{settings: st, seq: tableSeq.Add(1), models: make(map[string]*breaker)}
+		t.changes = newChangeLog(t.logger.Load)
+		return t, nil
 	})
 	if err != nil { // the constructor never fails
-		return nil, fmt.Errorf("breaker: %v", err)
+		return nil, err
 	}
 	s := &Set{table: v.(*table), logger: logger}
 	s.table.join(s)
@@ -187,6 +191,8 @@ type table struct {
 	// logger is the newest live Set's; stateChanged reads it under
 	// gobreaker's lock, so it is not guarded by mu.
 	logger atomic.Pointer[zap.Logger]
+	// changes bounds the state-change lines written through logger.
+	changes *changeLog
 
 	mu      sync.RWMutex
 	models  map[string]*breaker // nil once destructed
@@ -201,6 +207,7 @@ func (t *table) Destruct() error {
 	t.mu.Lock()
 	t.models = nil
 	t.mu.Unlock()
+	t.changes.stop()
 	return nil
 }
 
@@ -309,13 +316,6 @@ func (t *table) evict() {
 	}
 }
 
-// size is how many breakers the table holds.
-func (t *table) size() int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.models)
-}
-
 func (t *table) newBreaker(model string, seq uint64) *breaker {
 	b := &breaker{table: t, model: model, seq: seq}
 	b.touch()
@@ -361,7 +361,8 @@ func (b *breaker) touch() {
 }
 
 // stateChanged is gobreaker's OnStateChange. It runs under the breaker's
-// lock, so it only records the time and logs.
+// lock, so it only records the time and logs (within the table's budget of
+// lines, see LogBurst).
 func (b *breaker) stateChanged(_ string, from, to gobreaker.State) {
 	// gobreaker computes its expiry from its own time.Now read a moment
 	// earlier, so halfOpenAt is never before the real transition: a client
@@ -381,17 +382,23 @@ func (b *breaker) stateChanged(_ string, from, to gobreaker.State) {
 		} else {
 			b.outageStart = now
 		}
-		logger.Warn("circuit breaker opened",
-			zap.String("model", b.model),
-			zap.Uint32("failures", failures),
-			zap.String("from", from.String()),
-			zap.Duration("open_for", openFor))
+		if b.table.changes.allow(to, now) {
+			logger.Warn("circuit breaker opened",
+				zap.String("model", b.model),
+				zap.Uint32("failures", failures),
+				zap.String("from", from.String()),
+				zap.Duration("open_for", openFor))
+		}
 	case gobreaker.StateHalfOpen:
-		logger.Info("circuit breaker half-open", zap.String("model", b.model))
+		if b.table.changes.allow(to, now) {
+			logger.Info("circuit breaker half-open", zap.String("model", b.model))
+		}
 	case gobreaker.StateClosed:
-		logger.Info("circuit breaker closed",
-			zap.String("model", b.model),
-			zap.Duration("outage", now.Sub(b.outageStart)))
+		if b.table.changes.allow(to, now) {
+			logger.Info("circuit breaker closed",
+				zap.String("model", b.model),
+				zap.Duration("outage", now.Sub(b.outageStart)))
+		}
 	}
 }
 

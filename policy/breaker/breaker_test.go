@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -101,8 +102,31 @@ func TestNewDefaultsAndValidation(t *testing.T) {
 		t.Errorf("explicit settings: failures %d, open_for %v, half_open %d; want 2, 1m, 4", st.failures, st.openFor, st.halfOpen)
 	}
 
-	if _, err := New(Config{OpenFor: caddy.Duration(-time.Second)}, nil); err == nil || !strings.Contains(err.Error(), "open_for") {
-		t.Errorf("negative open_for: err = %v, want an open_for error", err)
+	// The message names the option once and no block: the caller (the
+	// handler, the Caddyfile) puts "breaker: " before it.
+	const want = "open_for -1s: want a positive duration"
+	if _, err := New(Config{OpenFor: caddy.Duration(-time.Second)}, nil); err == nil || err.Error() != want {
+		t.Errorf("negative open_for: New err = %v, want %q", err, want)
+	}
+	if err := (Config{OpenFor: caddy.Duration(-time.Second)}).Validate(); err == nil || err.Error() != want {
+		t.Errorf("negative open_for: Validate err = %v, want %q", err, want)
+	}
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("the defaults: Validate err = %v", err)
+	}
+}
+
+func TestCount(t *testing.T) {
+	for _, n := range []int64{1, 5, MaxCount} {
+		if v, err := Count("failures", n); err != nil || int64(v) != n {
+			t.Errorf("Count(%d) = %d, %v", n, v, err)
+		}
+	}
+	for _, n := range []int64{0, -1, MaxCount + 1} {
+		want := fmt.Sprintf("half_open %d: want a whole number from 1 to 4294967295", n)
+		if _, err := Count("half_open", n); err == nil || err.Error() != want {
+			t.Errorf("Count(%d) err = %v, want %q", n, err, want)
+		}
 	}
 }
 

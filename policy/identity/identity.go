@@ -7,11 +7,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // Unknown-key policies for keys missing from the org_keys file.
@@ -30,21 +33,37 @@ type Resolver struct {
 	reject bool
 }
 
-// New builds a resolver. header, when set, names a request header that a
-// preceding handler sets and that is trusted as the org id. keysFile, when
-// set, is a JSON object mapping the lowercase hex SHA-256 of a key to an org
-// id. unknown is UnknownOwn (default) or UnknownReject.
-func New(header, keysFile, unknown string) (*Resolver, error) {
-	r := &Resolver{header: header}
+// Validate checks the identity options as written, before placeholders are
+// resolved: unknown is UnknownOwn (the default, also "") or UnknownReject,
+// and UnknownReject has a keys file to know keys by. Its error texts are the
+// ones the Caddyfile reports.
+func Validate(keysFile, unknown string) error {
 	switch unknown {
 	case "", UnknownOwn:
 	case UnknownReject:
 		if keysFile == "" {
-			return nil, fmt.Errorf("unknown_keys reject needs org_keys")
+			return errors.New("unknown_keys reject needs org_keys")
 		}
-		r.reject = true
 	default:
-		return nil, fmt.Errorf("unknown_keys must be own or reject, not %q", unknown)
+		return fmt.Errorf("unknown_keys must be own or reject, not %q", unknown)
+	}
+	return nil
+}
+
+// New builds a resolver. header, when set, names a request header that a
+// preceding handler sets and that is trusted as the org id. keysFile, when
+// set, is a JSON object mapping the lowercase hex SHA-256 of a key to an org
+// id. unknown is UnknownOwn (default) or UnknownReject. header and keysFile
+// may hold placeholders such as {env.NAME}, resolved here.
+func New(header, keysFile, unknown string) (*Resolver, error) {
+	if err := Validate(keysFile, unknown); err != nil {
+		return nil, err
+	}
+	repl := caddy.NewReplacer()
+	header, keysFile = repl.ReplaceAll(header, ""), repl.ReplaceAll(keysFile, "")
+	r := &Resolver{header: header, reject: unknown == UnknownReject}
+	if r.reject && keysFile == "" {
+		return nil, errors.New("unknown_keys reject needs org_keys, empty once its placeholders are resolved")
 	}
 	if keysFile != "" {
 		keys, err := load(keysFile)

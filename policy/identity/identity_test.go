@@ -101,3 +101,36 @@ func TestBearerKey(t *testing.T) {
 		}
 	}
 }
+
+// The identity options' rule and placeholders live here: Validate as
+// written, New once resolved.
+func TestValidateAndPlaceholders(t *testing.T) {
+	for _, c := range []struct{ file, unknown, err string }{
+		{"", "", ""},
+		{"", UnknownOwn, ""},
+		{"keys.json", UnknownReject, ""},
+		{"", UnknownReject, "unknown_keys reject needs org_keys"},
+		{"", "maybe", `unknown_keys must be own or reject, not "maybe"`},
+	} {
+		err := Validate(c.file, c.unknown)
+		if c.err == "" && err != nil || c.err != "" && (err == nil || err.Error() != c.err) {
+			t.Errorf("Validate(%q, %q) = %v, want %q", c.file, c.unknown, err, c.err)
+		}
+	}
+	file := keysFile(t, `{"`+digest("k")+`":"acme"}`)
+	t.Setenv("SYSTEMONE_TEST_KEYS", file)
+	t.Setenv("SYSTEMONE_TEST_HEADER", "X-Org")
+	r, err := New("{env.SYSTEMONE_TEST_HEADER}", "{env.SYSTEMONE_TEST_KEYS}", UnknownReject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if orgs := r.Orgs(); len(orgs) != 1 || orgs[0] != "acme" {
+		t.Errorf("keys from {env.SYSTEMONE_TEST_KEYS}: orgs %v", orgs)
+	}
+	if r.header != "X-Org" {
+		t.Errorf("header from {env.SYSTEMONE_TEST_HEADER}: %q", r.header)
+	}
+	if _, err := New("", "{env.SYSTEMONE_TEST_UNSET_NAME}", UnknownReject); err == nil || !strings.Contains(err.Error(), "empty once its placeholders are resolved") {
+		t.Errorf("reject with a keys file that resolves to nothing: %v", err)
+	}
+}

@@ -42,18 +42,6 @@ func IsReplay(h http.Header) bool {
 	return strings.TrimSpace(h.Get(HeaderReplay)) == "1"
 }
 
-// QueueStats counts review entries since the Router was made.
-type QueueStats struct {
-	// Enqueued entries were written to the stream.
-	Enqueued int64
-	// Audited entries were drawn by the audit (whether written or not).
-	Audited int64
-	// Dropped entries were never sent: too many writes in flight.
-	Dropped int64
-	// Failed entries were sent and not written (Redis error or timeout).
-	Failed int64
-}
-
 // Enqueue tuning: a slow or lost Redis costs each queued response at
 // most one goroutine for enqueueTimeout, and never more than maxInFlight
 // goroutines in all; entries beyond that are dropped, counted and logged.
@@ -216,15 +204,6 @@ func (r *Router) Close() {
 	q.closed = true
 	q.mu.Unlock()
 	q.wg.Wait()
-}
-
-// QueueStats returns the review queue's counters; zero without a queue.
-func (r *Router) QueueStats() QueueStats {
-	q := r.queue
-	if q == nil {
-		return QueueStats{}
-	}
-	return QueueStats{Enqueued: q.enqueued.Load(), Audited: q.audited.Load(), Dropped: q.dropped.Load(), Failed: q.failed.Load()}
 }
 
 // drawAudit reports whether this response is drawn for the audit, and the
