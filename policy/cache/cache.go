@@ -31,8 +31,9 @@ import (
 
 // StoreTimeout bounds one Redis command of the cache (a lookup before the
 // admission, a store after the answer went to the client): a slow Redis
-// costs a request at most this, then it is a miss.
-const StoreTimeout = 50 * time.Millisecond
+// costs a request at most this, then it is a miss, and the next second's
+// requests skip Redis. The same bound as the guardrails verdict cache's.
+const StoreTimeout = 100 * time.Millisecond
 
 // Store keeps encoded entries by key for the cache's TTL. It never fails a
 // request: Get reports a miss for anything it cannot read, Set forgets
@@ -104,13 +105,18 @@ func (c *Cache) Lookup(ctx context.Context, org string, body []byte) (Answer, bo
 // ever stored). A request that is not needs no lookup.
 func Cacheable(requestedModel string) bool { return requestedModel != "" }
 
-// Keep stores the answer to org's request body when the cache takes it: a
-// 200 whose body was read (answeredModel is its `model`; empty when it
-// could not be read), answered by the concrete version the request named
-// (requestedModel, the request's `model` field), no larger than max_size.
-// It reports whether it stored the answer; the answer's bytes are copied.
+// Takes reports whether the cache stores an answer: a 200 whose body was
+// read (answeredModel is its `model`; empty when it could not be read),
+// answered by the concrete version the request named (requestedModel, the
+// request's `model` field), of at most max_size bytes as sent.
+func (c *Cache) Takes(status int, requestedModel, answeredModel string, size int) bool {
+	return status == http.StatusOK && Cacheable(requestedModel) && answeredModel == requestedModel && int64(size) <= c.maxSize
+}
+
+// Keep stores the answer to org's request body when the cache takes it
+// (Takes), and reports whether it did; the answer's bytes are copied.
 func (c *Cache) Keep(ctx context.Context, org string, body []byte, requestedModel, answeredModel string, a Answer) bool {
-	if a.Status != http.StatusOK || !Cacheable(requestedModel) || answeredModel != requestedModel || int64(len(a.Body)) > c.maxSize {
+	if !c.Takes(a.Status, requestedModel, answeredModel, len(a.Body)) {
 		return false
 	}
 	c.store.Set(ctx, Key(org, body), encode(org, a))
