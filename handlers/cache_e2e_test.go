@@ -430,3 +430,22 @@ func hitWithin(t *testing.T, url, key, body string, within time.Duration) {
 		}
 	}
 }
+
+// A hit costs nothing, so an org whose budget is spent still gets the
+// answers it has already paid for; anything to be forwarded gets 402.
+func TestCacheHitPastASpentBudget(t *testing.T) {
+	sim := unlimitedSimulator(t)
+	sites, url := site(t, sim.Addr(), "\t\tcache\n\t\tlimits {\n\t\t\tbudget 0.000001 per day\n\t\t\tprice 1000\n\t\t}\n")
+	gatewaytest.Load(t, sites)
+	body := versionBody("paid once")
+	if resp, b := post(t, url, "k", body); resp.StatusCode != 200 {
+		t.Fatalf("first: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := post(t, url, "k", versionBody("not paid")); resp.StatusCode != 402 {
+		t.Fatalf("a new request past the budget: %d %s", resp.StatusCode, b)
+	}
+	resp, b := post(t, url, "k", body)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "hit" || resp.Header.Get("X-Budget-Remaining") != "0.00" {
+		t.Errorf("a hit past the budget: %d X-Cache %q X-Budget-Remaining %q: %s", resp.StatusCode, resp.Header.Get("X-Cache"), resp.Header.Get("X-Budget-Remaining"), b)
+	}
+}
