@@ -174,6 +174,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	b.report()
 	fmt.Fprint(out, b.roundTrips.String())
+	hits, misses := harness.CachedAnswers.Hits.Load(), harness.CachedAnswers.Misses.Load()
+	fmt.Fprintf(out, "\n%s's checked answers: %d hits, %d misses (a Redis lookup over the cache's 100 ms timeout is a miss, forwarded)\n",
+		harness.Cached, hits, misses)
 	return stack.Alive()
 }
 

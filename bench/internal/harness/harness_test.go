@@ -47,6 +47,8 @@ func TestHeaderCheck(t *testing.T) {
 	}
 	hit := gateway.Clone()
 	hit.Set("X-Cache", "hit")
+	miss := gateway.Clone()
+	miss.Set("X-Cache", "miss")
 	withGuardrails := gateway.Clone()
 	withGuardrails.Set("X-Guardrails-Action", "pass")
 	withGuardrails.Set("X-Guardrails-Risk", "none")
@@ -62,8 +64,9 @@ func TestHeaderCheck(t *testing.T) {
 		{Limits, withGuardrails, false},
 		{Guardrails, withGuardrails, true},
 		{GuardrailsCached, gateway, false},
-		{Cached, gateway, false}, // every measured answer must be a hit
+		{Cached, gateway, false}, // no X-Cache: not the cache's answer
 		{Cached, hit, true},
+		{Cached, miss, true}, // counted
 		{Limits, hit, false},
 	} {
 		if err := HeaderCheck(tc.config)(tc.h); (err == nil) != tc.ok {
