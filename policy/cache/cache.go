@@ -31,8 +31,9 @@ import (
 
 // StoreTimeout bounds one Redis command of the cache (a lookup before the
 // admission, a store after the answer went to the client): a slow Redis
-// costs a request at most this, then it is a miss, and the next second's
-// requests skip Redis. The same bound as the guardrails verdict cache's.
+// costs a request at most this, then it is a miss; after three failures in
+// a row the next second's requests skip Redis. The same bound as the
+// guardrails verdict cache's.
 const StoreTimeout = 100 * time.Millisecond
 
 // Store keeps encoded entries by key for the cache's TTL. It never fails a

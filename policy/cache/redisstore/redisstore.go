@@ -1,8 +1,9 @@
 // Package redisstore is the answer cache's store in Redis, shared by every
 // gateway instance: one GET per lookup and one SET with the entry's time to
 // live per store, each bounded by a timeout. It never fails a request: an
-// error or a timeout is a miss, and after one the store leaves Redis alone
-// for a second, so that a dead or hanging server costs a request nothing.
+// error or a timeout is a miss, and after a run of them the store leaves
+// Redis alone for a second, so that a dead or hanging server costs requests
+// nothing.
 package redisstore
 
 import (
@@ -15,10 +16,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// restAfterFailure is how long the store leaves Redis alone after a
-// command failed: a client redialling a dead server would otherwise spend
-// the whole timeout of every lookup.
-const restAfterFailure = time.Second
+// After failuresToRest consecutive failed commands, the store leaves Redis
+// alone for restAfterFailure: a client redialling a dead server would
+// otherwise spend the whole timeout of every lookup. One slow command (a
+// loaded machine) is only its own request's miss: resting on it would turn
+// a second of every instance's hits into misses.
+const (
+	failuresToRest   = 3
+	restAfterFailure = time.Second
+)
 
 // Client is the part of a go-redis client the store uses; a
 // redis.UniversalClient (a server or a cluster) is one.
@@ -35,9 +41,11 @@ type Store struct {
 	timeout time.Duration
 	logger  *zap.Logger
 	now     func() time.Time
-	// failing is whether the last command failed, so that only the
-	// changes are logged, never one entry per request.
+	// failing is whether Redis counts as failing (a run of failures), so
+	// that only the changes are logged, never one entry per request.
 	failing atomic.Bool
+	// failures counts the consecutive failed commands.
+	failures atomic.Int64
 	// restUntil is when (Unix nanoseconds) to use Redis again after a
 	// failure.
 	restUntil atomic.Int64
@@ -84,12 +92,16 @@ func (s *Store) resting() bool { return s.now().UnixNano() < s.restUntil.Load() 
 // went away says nothing about Redis.
 func (s *Store) note(ctx context.Context, err error) {
 	if err == nil {
+		s.failures.Store(0)
 		if s.failing.CompareAndSwap(true, false) {
 			s.logger.Info("answer cache: redis answering again")
 		}
 		return
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() == context.Canceled {
+		return
+	}
+	if s.failures.Add(1) < failuresToRest {
 		return
 	}
 	s.restUntil.Store(s.now().Add(restAfterFailure).UnixNano())

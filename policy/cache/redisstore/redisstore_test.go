@@ -68,12 +68,17 @@ func TestRedisFailureIsAMiss(t *testing.T) {
 	}
 
 	proxy.BlackHole()
-	began := time.Now()
-	if _, ok := s.Get(ctx, "k"); ok {
-		t.Fatal("a hit from a hanging Redis")
-	}
-	if waited := time.Since(began); waited > 2*time.Second {
-		t.Errorf("a hanging Redis held the lookup %v", waited)
+	for i := range failuresToRest {
+		began := time.Now()
+		if _, ok := s.Get(ctx, "k"); ok {
+			t.Fatal("a hit from a hanging Redis")
+		}
+		if waited := time.Since(began); waited > 2*time.Second {
+			t.Errorf("a hanging Redis held the lookup %v", waited)
+		}
+		if resting := s.resting(); resting != (i == failuresToRest-1) {
+			t.Fatalf("after %d failures: resting %v", i+1, resting)
+		}
 	}
 	// Resting: no command is sent, however many requests come.
 	for range 5 {
@@ -99,8 +104,17 @@ func TestRedisFailureIsAMiss(t *testing.T) {
 		t.Errorf("log %q, want one failure and one recovery", msgs)
 	}
 
+	// One failure between successes is its request's miss, no rest.
+	proxy.Refuse()
+	if _, ok := s.Get(ctx, "k"); ok {
+		t.Fatal("a hit from a refusing Redis")
+	}
+	proxy.Pass()
+	if _, ok := s.Get(ctx, "k"); !ok || s.resting() {
+		t.Fatalf("after one failure: hit %v, resting %v", ok, s.resting())
+	}
+
 	srv.Stop()
-	now = now.Add(restAfterFailure)
 	if _, ok := s.Get(ctx, "k"); ok {
 		t.Fatal("a hit from a stopped Redis")
 	}
@@ -118,5 +132,35 @@ func TestCancelledLookupIsNotAFailure(t *testing.T) {
 	}
 	if s.resting() || logs.Len() != 0 {
 		t.Errorf("resting %v, %d log entries", s.resting(), logs.Len())
+	}
+}
+
+// Through a Redis Cluster each entry goes to its key's node: entries
+// spread over the masters, and each comes back whole.
+func TestStoreInRedisCluster(t *testing.T) {
+	ctx := context.Background()
+	cluster := redistest.StartCluster(t, 3)
+	rdb, err := redispool.NewClient(cluster.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := New(rdb, "systemone:cache:", time.Minute, 2*time.Second, zap.NewNop())
+	for i := range 30 {
+		s.Set(ctx, strconv.Itoa(i), []byte{byte(i)})
+	}
+	for i := range 30 {
+		if v, ok := s.Get(ctx, strconv.Itoa(i)); !ok || len(v) != 1 || v[0] != byte(i) {
+			t.Fatalf("entry %d: %v %v", i, v, ok)
+		}
+	}
+	holding := 0
+	for _, node := range cluster.Nodes {
+		if n, _ := node.Do("DBSIZE"); strings.TrimPrefix(n, ":") != "0" {
+			holding++
+		}
+	}
+	if holding < 2 {
+		t.Errorf("entries on %d of 3 nodes: the keys share a slot", holding)
 	}
 }
