@@ -74,6 +74,11 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			open_for  <duration>
 //			half_open <n>
 //		}
+//		cache {
+//			ttl         <duration>
+//			max_entries <n>
+//			max_size    <size>
+//		}
 //		route {
 //			pin <version> {
 //				noul     <threshold>
@@ -150,6 +155,8 @@ func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 			h.Breaker, err = parseBreaker(d)
 		case "route":
 			h.Route, err = parseRoute(d)
+		case "cache":
+			h.Cache, err = parseCache(d)
 		default:
 			return d.Errf("unknown subdirective %q", name)
 		}

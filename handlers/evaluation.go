@@ -13,6 +13,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/policy/breaker"
+	"github.com/systemone/systemone-gateway/policy/cache"
 	"github.com/systemone/systemone-gateway/policy/guardrails"
 	"github.com/systemone/systemone-gateway/policy/identity"
 	"github.com/systemone/systemone-gateway/policy/limits"
@@ -26,8 +27,9 @@ var errTooLarge = errors.New("request body over max_body")
 const maxDrainedBody = 64 << 10
 
 // serveEvaluation is the pipeline for POST .../v1/systemone, in order:
-// identity, the org's known refusal, body and validation, breaker, the one
-// admission, guardrails, the upstream, and on the way back the answer's
+// identity, the org's known refusal, body and validation, breaker, the
+// answer cache's lookup, the one admission, guardrails, the upstream (or,
+// for a cache hit, the stored answer), and on the way back the answer's
 // reading, routing and the token settlement. Each step either passes the
 // request on or answers for the upstream.
 func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange) error {
@@ -85,14 +87,18 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 			defer ticket.Cancel() // a request that ends before the upstream answers counts for nothing
 		}
 	}
+	if refusal == nil && h.cache != nil {
+		h.lookUpAnswer(r.Context(), x)
+	}
 
 	// One admission per request, refused or not, so that no client can
 	// make the gateway read and parse bodies for free: a request to be
-	// forwarded pays both buckets, one the gateway refuses itself counts
-	// one request and carries the headers of that admission.
+	// forwarded pays both buckets, one the gateway refuses itself or
+	// answers from the cache counts one request and carries the headers of
+	// that admission.
 	if h.limiter != nil {
 		var d limits.Decision
-		if refusal == nil {
+		if refusal == nil && x.cached == nil {
 			d = h.admit(r.Context(), x.org, true, x.req.EstimatedTokens)
 			defer func() { h.settle(x, d) }()
 		} else {
@@ -109,11 +115,14 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 
 	if h.guardrails != nil {
 		h.startCheck(r.Context(), x)
-		if !h.guardrails.Parallel() {
+		if !h.guardrails.Parallel() || x.cached != nil { // a hit has no upstream call to overlap
 			if a, refused := x.refusedByVerdict(); refused {
 				return x.answer(w, a)
 			}
 		}
+	}
+	if x.cached != nil {
+		return h.answerFromCache(w, r, x)
 	}
 	return h.forward(w, r, next, x)
 }
@@ -182,6 +191,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// What to restore if none of the upstream's response reaches the client
 	// (a parallel verdict refused it, or it broke off before the commit).
 	before := w.Header().Clone()
+	var serveErr error // next's error, known when a whole 200 is committed
 	commit := func(status int, raw []byte) bool {
 		if _, refused := x.refusedByVerdict(); refused {
 			if status == http.StatusOK {
@@ -190,6 +200,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 			return false
 		}
 		h.readAnswer(r.Context(), x, w.Header(), status, raw)
+		if h.cache != nil && serveErr == nil {
+			h.keepAnswer(r.Context(), x, w.Header(), status, raw)
+		}
 		return true
 	}
 
@@ -201,6 +214,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	body := newUpstreamBody(x.body)
 	r.Body = body
 	x.forwarded = true
+	if h.cache != nil {
+		x.cache = cacheMiss
+	}
 	started := h.now()
 	defer func() {
 		// An answer that broke off after part of it reached the client
@@ -220,6 +236,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 		}
 	}()
 	err := rec.serve(next, r)
+	serveErr = err
 	// reverse_proxy may never close a body it did not read (a dial
 	// failure): the handler's reference then goes back here.
 	_ = body.Close()
@@ -275,7 +292,9 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 		}
 		if resp != nil {
 			x.model = resp.Model
-			x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
+			if x.cache != cacheHit { // a hit is billed nothing
+				x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
+			}
 		}
 		x.setBudgetHeaders(header)
 		if h.router != nil {
@@ -345,6 +364,8 @@ type exchange struct {
 	verdict      *guardrails.Verdict       // its verdict, once taken; nil when the client left first
 	verdictTaken bool
 	route        *route.Decision
+	cached       *cache.Answer // the answer the cache holds for the request, found before the admission
+	cache        string        // X-Cache and the log's `cache`: hit, miss, or empty before the upstream step
 
 	upstreamStatus int   // the status the upstream answered, 0 when it did not
 	upstreamErr    error // why the upstream could not be reached
@@ -392,6 +413,9 @@ func (x *exchange) setHeaders(h http.Header) {
 	}
 	if x.verdict != nil && (x.reject == "" || x.reject == rejectUpstreamError) {
 		x.verdict.SetHeaders(h)
+	}
+	if x.cache != "" {
+		h.Set(headerCache, x.cache)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/keyprefix"
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/policy/breaker"
+	"github.com/systemone/systemone-gateway/policy/cache"
 	"github.com/systemone/systemone-gateway/policy/guardrails"
 	"github.com/systemone/systemone-gateway/policy/identity"
 	"github.com/systemone/systemone-gateway/policy/limits"
@@ -67,6 +68,9 @@ type Handler struct {
 	Breaker *breaker.Config `json:"breaker,omitempty"`
 	// Route stamps X-Route from confidence thresholds pinned to versions.
 	Route *route.Config `json:"route,omitempty"`
+	// Cache answers an org's byte-identical evaluation request from the
+	// upstream's earlier 200, from a concrete version only. Default off.
+	Cache *cache.Config `json:"cache,omitempty"`
 	// PerOrgMetrics labels the Prometheus metrics with the org id. Only the
 	// orgs the config names get a label of their own (the org_keys file's,
 	// the limits block's `org`s and MetricsOrgs); every other org is
@@ -83,6 +87,7 @@ type Handler struct {
 	guardrails *guardrails.Checker
 	breakers   *breaker.Set
 	router     *route.Router
+	cache      *cache.Cache
 	metrics    *metrics
 	namedOrgs  map[string]bool // the orgs with a metrics label of their own
 	// ownedPrefixes are the header namespaces of the policies that are on.
@@ -145,6 +150,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.Guardrails != nil {
 		if h.guardrails, err = guardrails.New(*h.Guardrails, h.redis, prefix, h.logger.Named("guardrails")); err != nil {
 			return fmt.Errorf("guardrails: %v", err)
+		}
+	}
+	if h.Cache != nil {
+		if h.cache, err = cache.New(*h.Cache, h.redis, prefix, h.logger.Named("cache")); err != nil {
+			return fmt.Errorf("cache: %v", err)
 		}
 	}
 	if h.Route != nil {
@@ -232,6 +242,9 @@ func (h *Handler) releaseShared() error {
 	}
 	if h.breakers != nil {
 		h.breakers.Close()
+	}
+	if h.cache != nil {
+		_ = h.cache.Close()
 	}
 	if h.limiter != nil {
 		_ = h.limiter.Close()

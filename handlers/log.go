@@ -81,6 +81,7 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	addFloatOrNull(enc, "upstream_ms", x.forwarded, func() float64 { return millis(x.upstream) })
 	enc.AddFloat64("total_ms", millis(e.total))
 	enc.AddString("request_id", capped(x.requestID))
+	enc.AddString("cache", x.cache)
 	// Why reverse_proxy could not reach the upstream (a dial or read
 	// error: addresses, never content), beside the 502/504 it became.
 	var upstreamError string

@@ -27,6 +27,7 @@ type metrics struct {
 	routes          *prometheus.CounterVec
 	limiterState    prometheus.Collector
 	budgetSpent     *prometheus.GaugeVec
+	cacheRequests   *prometheus.CounterVec
 }
 
 // otherLabel stands for every value past a label's bound: orgs that
@@ -78,6 +79,10 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Help: "Routed 200 answers by the concrete model version that answered (at most 100, then other), route and reason.",
 		}, []string{"model", "route", "reason"}),
 		limiterState: limiterCollector{},
+		cacheRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "cache_requests_total",
+			Help: "Evaluation requests that reached the upstream step with the answer cache on, by result: hit (answered from the cache) or miss (forwarded).",
+		}, []string{"result"}),
 	}
 })
 
@@ -114,6 +119,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.budgetSpent, err = register(reg, m.budgetSpent)
+	}
+	if err == nil {
+		m.cacheRequests, err = register(reg, m.cacheRequests)
 	}
 	return &m, err
 }
@@ -170,6 +178,9 @@ func (m *metrics) observe(x *exchange, org string) {
 	}
 	if d := x.route; d != nil {
 		m.routes.WithLabelValues(routeModels.label(d.Model), d.Route, d.Reason).Inc()
+	}
+	if x.cache != "" {
+		m.cacheRequests.WithLabelValues(x.cache).Inc()
 	}
 }
 

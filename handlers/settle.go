@@ -60,8 +60,8 @@ func (x *exchange) readUsage(header http.Header, raw []byte) {
 // client, once its usage is read: the remaining budget after its real cost.
 // (The upstream status is not recorded yet, so billedTokens cannot say.)
 func (x *exchange) setBudgetHeaders(h http.Header) {
-	if x.limits == nil || x.limits.Budget.Limit == 0 || x.req == nil {
-		return
+	if x.limits == nil || x.limits.Budget.Limit == 0 || x.req == nil || x.cache == cacheHit {
+		return // a hit is billed nothing: setHeaders said so
 	}
 	tokens := x.req.EstimatedTokens
 	if x.hasUsage {

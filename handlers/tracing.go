@@ -59,6 +59,7 @@ const (
 	attrCostYuan         = "systemone.cost_yuan"
 	attrBreakerState     = "systemone.breaker_state"
 	attrRequestID        = "systemone.request_id"
+	attrCache            = "systemone.cache"
 	attrGuardrailsRisk   = "systemone.guardrails.risk"
 	attrGuardrailsAction = "systemone.guardrails.action"
 	attrGuardrailsCats   = "systemone.guardrails.categories"
@@ -141,6 +142,7 @@ func (x *exchange) annotate(breakerState string) {
 	add(attrModel, x.model)
 	add(attrBreakerState, breakerState)
 	add(attrRequestID, x.requestID)
+	add(attrCache, x.cache)
 	if x.req != nil {
 		add(attrModelRequested, x.req.ModelOrDefault())
 		attrs = append(attrs, attribute.Int64(attrTokensEstimated, x.req.EstimatedTokens))

@@ -18,6 +18,8 @@
 //	La  L with local_allowance 2% 100ms: Redis limits, a round trip per lease
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
+//	C   L with the exact answer cache (in Redis) hot: every request a hit,
+//	    the upstream never called (the requests name service-1.0.0)
 //
 // The headline tables are measured in front of the stub; then the proxy is
 // reloaded in front of the simulator for a second set (-sim-payloads).
@@ -172,6 +174,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	b.report()
 	fmt.Fprint(out, b.roundTrips.String())
+	hits, misses := harness.CachedAnswers.Hits.Load(), harness.CachedAnswers.Misses.Load()
+	fmt.Fprintf(out, "\n%s's checked answers: %d hits, %d misses (a Redis lookup over the cache's 100 ms timeout is a miss, forwarded)\n",
+		harness.Cached, hits, misses)
 	return stack.Alive()
 }
 
@@ -234,7 +239,12 @@ func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload)
 	reqs := make(map[string][]harness.Request)
 	for _, c := range harness.Configs {
 		reqs[c] = b.stack.Requests(c, p.Body, want)
-		// Warm up: connections, scripts loaded in Redis, the verdict cache.
+		if c == harness.Cached {
+			if err := b.stack.Prime(ctx, b.driver, reqs[c]); err != nil {
+				return err
+			}
+		}
+		// Warm up: connections, scripts loaded in Redis, the caches.
 		warm := b.driver.Closed(ctx, reqs[c], b.o.concurrency, min(b.o.duration/2, time.Second))
 		if warm.Err != nil {
 			return fmt.Errorf("%s (warm-up): %w", c, warm.Err)
@@ -377,7 +387,8 @@ func (b *bench) pingRedis(ctx context.Context) func() []time.Duration {
 // countRoundTrips sends sequential requests through each gateway
 // configuration while watching Redis with MONITOR, and reports which
 // commands each request cost: the admission script (two keys) and the
-// verdict cache lookup run before forwarding, in the handler's order; the
+// cache lookup (the verdict cache's; for C the answer cache's) run before
+// forwarding, in the handler's order; the
 // settlement (one key) and a cache store run after the answer, off the
 // client's path.
 func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
@@ -452,9 +463,9 @@ func classify(args []string) string {
 		return "settle"
 	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":h"):
 		return "hold"
-	case cmd == "get" && len(args) >= 2 && strings.Contains(args[1], "guardrails:"):
+	case cmd == "get" && len(args) >= 2 && (strings.Contains(args[1], "guardrails:") || strings.Contains(args[1], ":cache:")):
 		return "cache-get"
-	case cmd == "set" && len(args) >= 2 && strings.Contains(args[1], "guardrails:"):
+	case cmd == "set" && len(args) >= 2 && (strings.Contains(args[1], "guardrails:") || strings.Contains(args[1], ":cache:")):
 		return "cache-set"
 	}
 	return cmd

@@ -76,7 +76,13 @@ func run(ctx context.Context, out io.Writer, duration, interval time.Duration, r
 			return fmt.Errorf("%s: %w", p.Name, err)
 		}
 		for _, c := range harness.Configs[1:] {
-			reqs = append(reqs, stack.Requests(c, p.Body, want)...)
+			r := stack.Requests(c, p.Body, want)
+			if c == harness.Cached {
+				if err := stack.Prime(ctx, driver, r); err != nil {
+					return err
+				}
+			}
+			reqs = append(reqs, r...)
 		}
 	}
 	// Spread the configurations and payloads evenly over time: request i

@@ -45,6 +45,10 @@ func TestHeaderCheck(t *testing.T) {
 	gateway := http.Header{
 		"X-Route": {"auto"}, "X-Route-Model": {"service-1.0.0"}, "X-Ratelimit-Limit-Requests": {"10000000"},
 	}
+	hit := gateway.Clone()
+	hit.Set("X-Cache", "hit")
+	miss := gateway.Clone()
+	miss.Set("X-Cache", "miss")
 	withGuardrails := gateway.Clone()
 	withGuardrails.Set("X-Guardrails-Action", "pass")
 	withGuardrails.Set("X-Guardrails-Risk", "none")
@@ -60,6 +64,10 @@ func TestHeaderCheck(t *testing.T) {
 		{Limits, withGuardrails, false},
 		{Guardrails, withGuardrails, true},
 		{GuardrailsCached, gateway, false},
+		{Cached, gateway, false}, // no X-Cache: not the cache's answer
+		{Cached, hit, true},
+		{Cached, miss, true}, // counted
+		{Limits, hit, false},
 	} {
 		if err := HeaderCheck(tc.config)(tc.h); (err == nil) != tc.ok {
 			t.Errorf("%s with %v: error %v, want ok %v", tc.config, tc.h, err, tc.ok)

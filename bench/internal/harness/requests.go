@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 )
 
 // Reference returns the upstream's own answer to body, asked directly,
@@ -32,14 +33,49 @@ func (s *Stack) Reference(ctx context.Context, d *Driver, body []byte) ([]byte, 
 }
 
 // Requests returns the requests of config for body, one per key, each
-// expecting want and the configuration's headers.
+// expecting want and the configuration's headers. Cached's name the
+// concrete version the payloads' alias answers with (see ConcreteVersion).
 func (s *Stack) Requests(config string, body, want []byte) []Request {
 	reqs := make([]Request, len(Keys))
 	check := HeaderCheck(config)
+	if config == Cached {
+		body = ConcreteVersion(body)
+	}
 	for i, key := range Keys {
 		reqs[i] = Request{URL: s.URLs[config] + "/v1/systemone", Key: key, Body: body, Want: want, Check: check}
 	}
 	return reqs
+}
+
+// The payloads ask the alias service-latest, whose answers the cache never
+// stores; Cached's requests ask the version it answers with, written so
+// that the body keeps its length (the stub upstream answers by length).
+var (
+	alias    = []byte(`"model":"service-latest"`)
+	concrete = []byte(`"model": "service-1.0.0"`)
+)
+
+// ConcreteVersion is body asking service-1.0.0 instead of service-latest,
+// with the same length.
+func ConcreteVersion(body []byte) []byte {
+	return bytes.Replace(body, alias, concrete, 1)
+}
+
+// CachedAnswers counts the answers to Cached's checked requests by X-Cache.
+var CachedAnswers struct{ Hits, Misses atomic.Int64 }
+
+// Prime sends each request once, unchecked but for its answer, so that
+// Cached's answers are stored before a measured (and header-checked) run
+// sees only hits.
+func (s *Stack) Prime(ctx context.Context, d *Driver, reqs []Request) error {
+	var buf bytes.Buffer
+	for _, r := range reqs {
+		r.Check = nil
+		if err := d.Do(ctx, r, &buf); err != nil {
+			return fmt.Errorf("priming the answer cache: %w", err)
+		}
+	}
+	return nil
 }
 
 // HeaderCheck makes sure an answer went through the configuration's
@@ -54,6 +90,9 @@ func HeaderCheck(config string) func(http.Header) error {
 	if config == Guardrails || config == GuardrailsCached {
 		want[2].want, want[3].want = "pass", "none"
 	}
+	if config != Cached {
+		want = append(want, field{"X-Cache", ""})
+	}
 	return func(h http.Header) error {
 		for _, f := range want {
 			if got := h.Get(f.name); got != f.want {
@@ -62,6 +101,18 @@ func HeaderCheck(config string) func(http.Header) error {
 		}
 		if r := h.Get("X-Route"); config != Plain && r != "auto" && r != "human" {
 			return fmt.Errorf("header X-Route is %q", r)
+		}
+		if config == Cached {
+			// A miss is the cache's answer to a Redis lookup over its
+			// timeout (a loaded machine): counted, not an error.
+			switch h.Get("X-Cache") {
+			case "hit":
+				CachedAnswers.Hits.Add(1)
+			case "miss":
+				CachedAnswers.Misses.Add(1)
+			default:
+				return fmt.Errorf("header X-Cache is %q", h.Get("X-Cache"))
+			}
 		}
 		return nil
 	}

@@ -31,10 +31,14 @@ const (
 	Guardrails = "G"
 	// GuardrailsCached is Guardrails with the verdict cache (in Redis) hot.
 	GuardrailsCached = "GC"
+	// Cached is Limits with the exact answer cache (in Redis) hot: every
+	// request names the concrete version and is a hit (see Prime), so the
+	// upstream is never called; what it costs is a hit's.
+	Cached = "C"
 )
 
 // Configs lists the configurations in the order they run.
-var Configs = []string{Plain, Limits, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached}
+var Configs = []string{Plain, Limits, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached}
 
 // Keys are the bearer keys the benchmarks spread requests over: each is an
 // organization with buckets of its own, as real traffic has several.
@@ -305,6 +309,8 @@ func (s *Stack) proxyCaddyfile() string {
 		LimitsLocal:      limits + policies,
 		Guardrails:       redis + limits + policies + guardrails(""),
 		GuardrailsCached: redis + limits + policies + guardrails("\t\t\tcache 10m\n"),
+		// A day: entries stored at a payload's warm-up outlive the run.
+		Cached: redis + limits + policies + "\t\tcache {\n\t\t\tttl 24h\n\t\t\tmax_size 8MiB\n\t\t}\n",
 	}
 	var b strings.Builder
 	b.WriteString(globalOptions(admin, dir, "proxy", s.options))

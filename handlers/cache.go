@@ -1,0 +1,120 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/systemone/systemone-gateway/policy/cache"
+)
+
+// X-Cache on the answer to every evaluation request that reached the
+// upstream step, with `cache` on; and the log entry's `cache` field.
+const (
+	headerCache = "X-Cache"
+	cacheHit    = "hit"
+	cacheMiss   = "miss"
+)
+
+// lookUpAnswer looks for an answer stored for the org's exact body (the
+// bytes as received), before the admission: a hit is admitted as one
+// request without tokens. A request that names no model can never hit and
+// costs no lookup. A store that fails is a miss.
+func (h *Handler) lookUpAnswer(ctx context.Context, x *exchange) {
+	if !cache.Cacheable(x.req.Model) {
+		return
+	}
+	if a, ok := h.cache.Lookup(ctx, x.org, x.body.bytes()); ok {
+		x.cached = &a
+	}
+}
+
+// answerFromCache is a hit's upstream step: the stored answer goes to the
+// client instead of the upstream's, and on the way back it is read and
+// routed as a forwarded answer is, under the thresholds in force now, with
+// its queue entry or audit draw. It carries the stored status,
+// Content-Type, body bytes and x-request-id, and X-Cache: hit. Nothing
+// reaches the upstream: the breaker counts nothing, and nothing is billed.
+//
+// An answer stored compressed (the client that caused it to be stored
+// accepted gzip) goes as it is to a client that accepts its coding, and
+// decoded to one that does not, as the upstream would have answered that
+// client.
+func (h *Handler) answerFromCache(w http.ResponseWriter, r *http.Request, x *exchange) error {
+	a := x.cached
+	x.cache = cacheHit
+	body, coding := a.Body, a.ContentEncoding
+	hdr := w.Header()
+	if coding != "" {
+		hdr.Add("Vary", "Accept-Encoding")
+		if !acceptsCoding(r.Header, coding) {
+			if text, err := decodeBody(http.Header{"Content-Encoding": {coding}}, body, maxResponseBuffer); err == nil {
+				body, coding = text, ""
+			}
+		}
+	}
+	setOrDelete(hdr, "Content-Type", a.ContentType)
+	setOrDelete(hdr, "Content-Encoding", coding)
+	setOrDelete(hdr, "X-Request-Id", a.RequestID)
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	h.readAnswer(r.Context(), x, hdr, a.Status, body)
+	x.status = a.Status
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(body)
+	return nil
+}
+
+// keepAnswer offers the cache the upstream's answer (raw: the whole body
+// as sent, nil when it was not buffered whole) just before it goes to the
+// client (see cache.Cache.Keep for what it takes). It is stored before the
+// client has any of it, so that the client's next identical request, to
+// any instance, finds it: a stored miss waits for the store (in Redis, one
+// round trip bounded by cache.StoreTimeout).
+func (h *Handler) keepAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
+	if raw == nil || !h.cache.Takes(status, x.req.Model, x.model, len(raw)) {
+		return
+	}
+	h.cache.Keep(ctx, x.org, x.body.bytes(), x.req.Model, x.model, cache.Answer{
+		Status:          status,
+		ContentType:     header.Get("Content-Type"),
+		ContentEncoding: header.Get("Content-Encoding"),
+		RequestID:       x.requestID,
+		Body:            raw,
+	})
+}
+
+// acceptsCoding reports whether the request's Accept-Encoding takes the
+// content coding: named, or `*`, with a quality above 0.
+func acceptsCoding(h http.Header, coding string) bool {
+	coding = strings.TrimSpace(coding)
+	star := false
+	for _, v := range h.Values("Accept-Encoding") {
+		for part := range strings.SplitSeq(v, ",") {
+			name, params, _ := strings.Cut(part, ";")
+			name = strings.TrimSpace(name)
+			if !strings.EqualFold(name, coding) && name != "*" {
+				continue
+			}
+			ok := true
+			if q, value, _ := strings.Cut(params, "="); strings.EqualFold(strings.TrimSpace(q), "q") {
+				f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+				ok = err == nil && f > 0
+			}
+			if name != "*" {
+				return ok
+			}
+			star = ok
+		}
+	}
+	return star
+}
+
+// setOrDelete sets a header, or removes it when value is empty.
+func setOrDelete(h http.Header, name, value string) {
+	if value == "" {
+		h.Del(name)
+		return
+	}
+	h.Set(name, value)
+}
