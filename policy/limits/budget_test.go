@@ -736,3 +736,80 @@ func TestRedisSettleAfterClientClosedIsCountedDropped(t *testing.T) {
 		t.Errorf("no warning: %v", logs.AllUntimed())
 	}
 }
+
+// TestBudgetNoFalseRefusalUnderConcurrency: a reservation stops counting
+// when its request ends, on every store and every instance. A budget worth
+// 100 requests' estimates, and concurrent clients far fewer than that, each
+// admitting and settling one request after another: what is spent plus
+// what is really in flight always stays below the budget, so no admission
+// may be refused on it. Unbilled traffic (the upstream failed: nothing is
+// charged, the reservation released) and billed traffic of 1 token (charged
+// a thousandth of the estimate) alike. With Redis, two instances share the
+// budget, with in-process state of their own.
+func TestBudgetNoFalseRefusalUnderConcurrency(t *testing.T) {
+	const (
+		clients   = 32
+		perClient = 100
+		estimate  = 1000 // tokens: 0.1 yuan at 100 yuan per million
+	)
+	cfg := Config{
+		RequestsPerMinute: i64(0), TokensPerSecond: i64(0),
+		Budget: &Budget{Yuan: 10 * nanoPerYuan, Per: PerDay}, Price: yp(100 * nanoPerYuan),
+		StoreTimeout: slow, OnStoreError: StoreErrorDeny,
+	}
+	reservation := cost(estimate, *cfg.Price)
+	for _, billed := range []int64{0, 1} {
+		run := func(t *testing.T, instances []*Limiter) {
+			org := "org" + strconv.FormatInt(billed, 10)
+			var inflight, spent atomic.Int64 // nano-yuan
+			var refused atomic.Int64
+			var first sync.Once
+			var wg sync.WaitGroup
+			for i := range clients {
+				l := instances[i%len(instances)]
+				wg.Go(func() {
+					for range perClient {
+						inflight.Add(reservation)
+						d := l.Admit(bg, org, estimate)
+						if !d.Allowed {
+							// Spent and in flight (this request's own
+							// included) are below the budget: at most
+							// clients reservations and every charge.
+							held := spent.Load() + inflight.Load()
+							inflight.Add(-reservation)
+							refused.Add(1)
+							first.Do(func() {
+								t.Errorf("refused (%s %q) with %d nano-yuan spent and in flight, budget %d",
+									d.Bucket, d.Message, held, int64(cfg.Budget.Yuan))
+							})
+							continue
+						}
+						c := cost(billed, *cfg.Price)
+						spent.Add(c)
+						l.Settle(d, billed)
+						inflight.Add(-reservation)
+					}
+				})
+			}
+			wg.Wait()
+			if n := refused.Load(); n > 0 {
+				t.Fatalf("%d of %d admissions refused", n, clients*perClient)
+			}
+			// Every settlement reached the store: the period holds what was
+			// spent, and nothing is reserved any more.
+			d := mustAllow(t, instances[0].Admit(bg, org, 0))
+			mustSpend(t, d, Yuan(spent.Load()), 0, 0)
+		}
+		t.Run(fmt.Sprintf("billed%d/inprocess", billed), func(t *testing.T) {
+			l, _ := newLimiter(t, cfg, nil, false)
+			run(t, []*Limiter{l})
+		})
+		t.Run(fmt.Sprintf("billed%d/redis", billed), func(t *testing.T) {
+			srv := redistest.Start(t)
+			opts := []option{onRedis(srv.URL()), prefixed("shared:")}
+			a, _ := newLimiter(t, cfg, nil, false, opts...)
+			b, _ := newLimiter(t, cfg, nil, false, opts...)
+			run(t, []*Limiter{a, ownProcess(t, b)})
+		})
+	}
+}

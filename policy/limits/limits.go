@@ -435,10 +435,15 @@ func requestsMessage(lim orgLimits, org string) string {
 // request after admitting it (nothing was billed, everything is refunded).
 // The cost is at the price of the admission's config, so that a price
 // changed by a reload applies from the next request. The difference goes to
-// the store that charged: at once in process, queued for Redis (off the
-// response path; a queue of at most one entry per organization, dropped
-// while Redis is lost: a reservation whose settlement is lost lapses after
-// 10 to 11 minutes, a charge is lost). A refund never lifts a bucket above
+// the store that charged: at once in process. With Redis, a request that
+// holds a budget reservation is settled at once too, in the next pipeline
+// with the admissions, and Settle waits for Redis's answer (at most
+// store_timeout): its reservation stops counting before its request ends,
+// on every instance. A token correction alone is queued (off the response
+// path; a queue of at most one entry per organization, sent every
+// settleEvery). What cannot be sent (Redis lost) is queued, and dropped
+// past maxPending organizations: a reservation whose settlement is lost
+// lapses after 10 to 11 minutes, a charge is lost. A refund never lifts a bucket above
 // capacity; an extra charge may put it in debt, at most one bucket deep.
 // With local_allowance, an admission paid from a lease is corrected against
 // that lease when it still holds enough (a refund always), else as above.
@@ -473,7 +478,11 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 		}
 	}
 	if d.redis != nil {
-		d.redis.settle(d.org, lim, delta, sp)
+		if sp != nil && sp.release > 0 {
+			d.redis.settleNow(d.org, lim, delta, *sp)
+		} else {
+			d.redis.settle(d.org, lim, delta, sp)
+		}
 		return
 	}
 	t := l.now()

@@ -418,6 +418,36 @@ func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSet
 	s.unlockAndSend()
 }
 
+// settleNow settles one request that holds a budget reservation (its
+// token correction, charge and release, delta and sp as settle's) at once:
+// the script goes in the node's next pipeline, with the admissions, and
+// settleNow returns once Redis has answered, at most store_timeout later.
+// So the reservation has stopped counting before the request ends, for
+// every instance's next admission; queued, it would count until the next
+// flush, up to settleEvery plus a round trip later, and concurrent
+// requests far below the budget would be refused on reservations already
+// released. Only what cannot be sent now goes to the queue: while Redis is
+// lost, and when the script never left (no connection, no node), to be
+// sent by a flush once Redis can take it. One whose answer is lost is
+// counted and not sent again (it may have run), as in a flush.
+func (s *redisStore) settleNow(org string, lim orgLimits, delta int64, sp spendSettle) {
+	if s.lost.Load() {
+		s.settle(org, lim, delta, &sp)
+		return
+	}
+	c := s.settleCall(org, pendingSettle{lim: lim, delta: delta, spend: []spendSettle{sp}}, s.clockArg())
+	ctx := context.Background()
+	_, err := s.run(ctx, c.script, c.keys, c.args...)
+	s.observe(ctx, err)
+	switch {
+	case err == nil:
+	case notSent(err):
+		s.settle(org, lim, delta, &sp)
+	default:
+		s.unanswered(1)
+	}
+}
+
 // giveBack queues what a lease did not spend, req and tok units, to go
 // back to org's buckets (up to full ones), like settle. It returns the
 // number of the flush that sends it (see flushed).
@@ -590,15 +620,7 @@ func (s *redisStore) flush() {
 	}
 	nHolds := len(calls)
 	for org, p := range settles {
-		bucket, _ := s.keys(org)
-		req, tok := p.lim.requests(), p.lim.tokens()
-		keys := []string{bucket}
-		args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit - p.tokBack, p.reqBack}
-		for _, sp := range p.spend {
-			keys = append(keys, s.budgetKey(org, sp.period))
-			args = append(args, sp.charge, sp.release, sp.slot, sp.end)
-		}
-		calls = append(calls, &scriptCall{script: settleScript, keys: keys, args: args})
+		calls = append(calls, s.settleCall(org, p, clock))
 		orgs = append(orgs, org)
 	}
 	// Per node, in the order of the queue.
@@ -664,12 +686,31 @@ func (s *redisStore) flush() {
 	}
 	s.mu.Unlock()
 	s.abandon(abandoned)
-	if lost > 0 {
-		s.countUnanswered(lost)
-		if ce := s.logger.Check(zap.WarnLevel, "redis settlements lost; not sent again"); ce != nil {
-			ce.Write(zap.Int64("count", lost))
-		}
+	s.unanswered(lost)
+}
+
+// unanswered counts and logs n settlements or holds whose answer was lost.
+func (s *redisStore) unanswered(n int64) {
+	if n == 0 {
+		return
 	}
+	s.countUnanswered(n)
+	if ce := s.logger.Check(zap.WarnLevel, "redis settlements lost; not sent again"); ce != nil {
+		ce.Write(zap.Int64("count", n))
+	}
+}
+
+// settleCall is the settlement script of p for org.
+func (s *redisStore) settleCall(org string, p pendingSettle, clock string) *scriptCall {
+	bucket, _ := s.keys(org)
+	req, tok := p.lim.requests(), p.lim.tokens()
+	keys := []string{bucket}
+	args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit - p.tokBack, p.reqBack}
+	for _, sp := range p.spend {
+		keys = append(keys, s.budgetKey(org, sp.period))
+		args = append(args, sp.charge, sp.release, sp.slot, sp.end)
+	}
+	return &scriptCall{script: settleScript, keys: keys, args: args}
 }
 
 // abandon counts n settlements and holds a closed store could not send
