@@ -15,6 +15,7 @@
 //	P   plain reverse_proxy
 //	L   the gateway: Redis limits, breaker and routing
 //	Lm  L with in-process limits: what L costs without its Redis round trip
+//	Lb  L with a budget never reached: a reservation and its settlement per request
 //	La  L with local_allowance 2% 100ms: Redis limits, a round trip per lease
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
@@ -80,7 +81,12 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
 	flag.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile")
 	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
+	configs := flag.String("configs", strings.Join(harness.Configs, ","), "comma-separated configurations to measure; P is always measured, first")
 	flag.Parse()
+	if err := selectConfigs(*configs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	if o.smoke {
 		o.duration, o.rounds, o.concurrency = 400*time.Millisecond, 1, 4
 		names, simNames = "small-en", ""
@@ -403,8 +409,9 @@ func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 				return fmt.Errorf("%s: %w", c, err)
 			}
 		}
-		// Settlements are queued and sent in the background: give them a
-		// moment, then end the count at a marker this program sends.
+		// Settlements without a budget are queued and sent in the
+		// background: give them a moment, then end the count at a marker
+		// this program sends.
 		time.Sleep(200 * time.Millisecond)
 		const marker = "bench-count-end"
 		if err := b.stack.Redis.Client.Echo(ctx, marker).Err(); err != nil {
@@ -446,10 +453,10 @@ func classify(args []string) string {
 	}
 	cmd := strings.ToLower(args[0])
 	switch {
-	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "2":
-		return "admit"
-	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":b"):
-		return "settle"
+	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 5 && strings.HasSuffix(args[3], ":b") && strings.HasSuffix(args[4], ":h"):
+		return "admit" // the bucket and the hold, and with a budget its periods
+	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && strings.HasSuffix(args[3], ":b"):
+		return "settle" // the bucket, and with a budget the period charged
 	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":h"):
 		return "hold"
 	case cmd == "get" && len(args) >= 2 && strings.Contains(args[1], "guardrails:"):
@@ -530,4 +537,22 @@ func printPayloads(out io.Writer, payloads []payload.Payload) {
 
 func indent(s string) string {
 	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+// selectConfigs keeps the configurations named in list (a comma-separated
+// subset of harness.Configs), in their usual order, P always first: every
+// ratio is to P measured in the same round.
+func selectConfigs(list string) error {
+	want := map[string]bool{harness.Plain: true}
+	for _, c := range strings.Split(list, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if !slices.Contains(harness.Configs, c) {
+			return fmt.Errorf("-configs: unknown configuration %q (want some of %s)", c, strings.Join(harness.Configs, ","))
+		}
+		want[c] = true
+	}
+	harness.Configs = slices.DeleteFunc(slices.Clone(harness.Configs), func(c string) bool { return !want[c] })
+	return nil
 }
