@@ -68,7 +68,7 @@ func TestRedisAdmissionsShareAPipeline(t *testing.T) {
 	}
 	var remaining []int64
 	for _, d := range got {
-		if !d.Allowed || d.redis == nil {
+		if !d.Allowed || d.by != chargedShared {
 			t.Fatalf("%+v, want admitted by Redis", d)
 		}
 		remaining = append(remaining, d.Requests.Remaining)
@@ -139,7 +139,7 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 		wg.Go(func() {
 			for i := w; i < orgs; i += workers {
 				d := l.Admit(bg, "org"+strconv.Itoa(i), estimate)
-				if !d.Allowed || d.redis == nil {
+				if !d.Allowed || d.by != chargedShared {
 					t.Errorf("org%d: %+v", i, d)
 					return
 				}
@@ -218,7 +218,7 @@ func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 		wg.Go(func() {
 			for range each {
 				d := l.Admit(bg, "acme", 1)
-				if !d.Allowed || d.redis == nil {
+				if !d.Allowed || d.by != chargedShared {
 					t.Errorf("%+v, want admitted with Redis's answer", d)
 					return
 				}

@@ -570,7 +570,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 			l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()))
 			settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 4000)
 			inflight := mustAllow(t, l.Admit(bg, "acme", 1000))
-			if inflight.redis == nil {
+			if inflight.by != chargedShared {
 				t.Fatalf("admitted without Redis: %+v", inflight)
 			}
 
@@ -585,7 +585,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 						mustSpend(t, d, 10_000_000, 0, 0)
 						break
 					}
-					if d.local == nil {
+					if d.by != chargedLocal {
 						t.Fatalf("admission %d not in process: %+v", n, d)
 					}
 					settle(l, d, 1000)
@@ -624,7 +624,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 				spent += 10_000_000
 			}
 			d := l.Admit(bg, "acme", 0)
-			if d.redis == nil {
+			if d.by != chargedShared {
 				t.Fatalf("not back on Redis: %+v", d)
 			}
 			mustSpend(t, d, spent, 1_000_000, 0)
@@ -673,7 +673,7 @@ func TestRedisBudgetCluster(t *testing.T) {
 	for i := range 20 {
 		org := "org{" + strconv.Itoa(i) + "}"
 		d := mustAllow(t, l.Admit(bg, org, 4000))
-		if d.redis == nil {
+		if d.by != chargedShared {
 			t.Fatalf("%s: not on Redis: %+v", org, d)
 		}
 		settle(l, d, 10_000)
@@ -691,7 +691,7 @@ func TestRedisSettlementAbandonedAtCloseIsCounted(t *testing.T) {
 	cfg.StoreTimeout = slow
 	l, logs := newLimiter(t, cfg, newFakeClock(), true, onRedis("redis://"+proxy.Addr()))
 	d := mustAllow(t, l.Admit(bg, "acme", 1000))
-	if d.redis == nil {
+	if d.by != chargedShared {
 		t.Fatalf("admitted without Redis: %+v", d)
 	}
 	proxy.Refuse()

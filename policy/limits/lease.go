@@ -46,6 +46,11 @@ type leases struct {
 
 	// taken counts the lease calls that granted something.
 	taken atomic.Int64
+	// seqs numbers the leases' changes of hands across every entry, so
+	// that a lease sequence names one lease of one entry (see
+	// Decision.leaseSeq): an entry removed and made anew for the same
+	// organization never reuses one.
+	seqs atomic.Uint64
 
 	// mu is held for reading by each lease call and for writing by close,
 	// so that no lease is taken after close gave the others back.
@@ -215,7 +220,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 		// script.
 		rback, tback := e.req, e.tok
 		e.held, e.req, e.tok = false, 0, 0
-		e.seq++
+		e.seq = ls.seqs.Add(1)
 		ch := make(chan struct{})
 		e.taking = ch
 		e.mu.Unlock()
@@ -249,7 +254,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 		if g.req > 0 || g.tok > 0 || g.rwait == 0 && g.twait == 0 {
 			e.held, e.req, e.tok, e.until = true, g.req, g.tok, now+ls.interval
 			e.tokCap = tslice
-			e.seq++
+			e.seq = ls.seqs.Add(1)
 		}
 		if g.req > 0 || g.tok > 0 {
 			ls.countTaken()
@@ -338,11 +343,24 @@ func (e *leaseEntry) level(s spec, redisLevel, lease, now int64) int64 {
 // decide turns a lease's outcome into a Decision that Settle can correct
 // against the lease.
 func (ls *leases) decide(org string, lim orgLimits, c check, o outcome, e *leaseEntry, seq uint64) Decision {
-	d := ls.l.decide(org, lim, c, o, nil, ls.s)
+	d := ls.l.decide(org, lim, c, o, chargedShared)
 	if d.Allowed && c.usesTok() {
-		d.lease, d.leaseSeq = e, seq
+		d.leaseSeq = seq
 	}
 	return d
+}
+
+// settle corrects an admission of org paid from lease seq (see
+// leaseEntry.settle); a lease no longer in the table takes nothing.
+func (ls *leases) settle(org string, seq uint64, delta int64) (rest int64) {
+	sh := &ls.shards[maphash.String(ls.seed, org)%localShards]
+	sh.mu.Lock()
+	e := sh.orgs[org]
+	sh.mu.Unlock()
+	if e == nil {
+		return delta
+	}
+	return e.settle(seq, delta)
 }
 
 // settle corrects an admission paid from lease seq of e by delta units of
@@ -419,7 +437,7 @@ func (ls *leases) sweep(now int64) {
 			case e.held && (e.req > 0 || e.tok > 0):
 				back = append(back, giveBackItem{e, org, e.req, e.tok})
 				e.held, e.req, e.tok = false, 0, 0
-				e.seq++
+				e.seq = ls.seqs.Add(1)
 				e.returning, e.epoch = true, math.MaxUint64 // until queued
 			default:
 				e.dead = true
@@ -462,7 +480,7 @@ func (ls *leases) close() {
 				back = append(back, giveBackItem{e, org, e.req, e.tok})
 			}
 			e.held, e.req, e.tok, e.dead = false, 0, 0, true
-			e.seq++
+			e.seq = ls.seqs.Add(1)
 			e.mu.Unlock()
 			delete(sh.orgs, org)
 		}

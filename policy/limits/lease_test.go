@@ -242,18 +242,18 @@ func TestLeaseStoreError(t *testing.T) {
 				0.02, time.Second, clk, onRedis(srv.URL()))
 			mustAllow(t, l.Admit(bg, "acme", 1)) // a lease of 2 requests
 			srv.Stop()
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.local != nil {
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.by == chargedLocal {
 				t.Fatalf("from the lease: %+v", d)
 			}
 			for i := range 4 {
 				d := l.Admit(bg, "acme", 1)
 				switch mode {
 				case StoreErrorLocal:
-					if d := mustAllow(t, d); d.local == nil || d.Requests != (Quota{100, int64(99 - i)}) {
+					if d := mustAllow(t, d); d.by != chargedLocal || d.Requests != (Quota{100, int64(99 - i)}) {
 						t.Fatalf("fallback %d: %+v", i, d)
 					}
 				case StoreErrorAllow:
-					if !d.Allowed || d.Requests != (Quota{100, -1}) || d.Charged != 0 || d.local != nil {
+					if !d.Allowed || d.Requests != (Quota{100, -1}) || d.Charged != 0 || d.by == chargedLocal {
 						t.Fatalf("allow mode: %+v", d)
 					}
 				case StoreErrorDeny:
@@ -267,7 +267,7 @@ func TestLeaseStoreError(t *testing.T) {
 			}
 			srv.Restart()
 			eventually(t, func() bool { return !l.redis.lost.Load() })
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.local != nil {
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.by == chargedLocal {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
 		})

@@ -177,16 +177,26 @@ type Decision struct {
 	// Settle takes it from the Decision.
 	Charged int64
 
-	org   string
-	local *localStore // the in-process store that charged, if any
-	redis *redisStore // or the Redis store
+	org string
+	// by names the store that charged, for Settle: the Decision holds no
+	// store of its own, only the Limiter that admitted it does.
+	by    chargedBy
 	price Yuan        // of the admission's config: Settle charges at it
 	spend spendSettle // the reservation to settle (period "" for none)
-	// lease is the lease that paid the tokens (local_allowance), and
-	// leaseSeq which of its leases: Settle corrects against it first.
-	lease    *leaseEntry
+	// leaseSeq, when not 0, is the lease of org that paid the tokens
+	// (local_allowance): Settle corrects against it first, if it is still
+	// the organization's lease.
 	leaseSeq uint64
 }
+
+// chargedBy names the store that charged an admission.
+type chargedBy uint8
+
+const (
+	chargedNone   chargedBy = iota // nothing to settle (refused, or allowed with no store)
+	chargedLocal                   // the in-process store
+	chargedShared                  // Redis
+)
 
 // Price is the price per million input tokens of the admission's config
 // (DefaultPrice for a zero Decision).
@@ -322,7 +332,7 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 	t := l.now()
 	now, wall := micros(t), t.UnixMicro()
 	if l.redis == nil {
-		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), l.local, nil)
+		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), chargedLocal)
 	}
 	// Holds are also kept in process, so that this instance honours one at
 	// once, before Redis has it, and while Redis is away.
@@ -342,21 +352,21 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 	if exact && !l.redis.lost.Load() {
 		o, err := l.redis.admit(ctx, org, c, held)
 		if err == nil {
-			return l.decide(org, lim, c, o, nil, l.redis)
+			return l.decide(org, lim, c, o, chargedShared)
 		}
 	}
 	if l.mode == StoreErrorLocal {
-		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), l.local, nil)
+		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), chargedLocal)
 	}
 	var d Decision
 	switch {
 	case held > 0:
-		d = l.decide(org, lim, c, outcome{holdWait: held, period: 1}, nil, nil)
+		d = l.decide(org, lim, c, outcome{holdWait: held, period: 1}, chargedNone)
 	case l.mode == StoreErrorAllow:
-		d = l.decide(org, lim, c, outcome{allowed: true, period: 1}, nil, nil)
+		d = l.decide(org, lim, c, outcome{allowed: true, period: 1}, chargedNone)
 		d.Charged, d.spend = 0, spendSettle{} // nothing to settle
 	default:
-		d = l.decide(org, lim, c, outcome{period: 1}, nil, nil)
+		d = l.decide(org, lim, c, outcome{period: 1}, chargedNone)
 		d.Unavailable, d.RetryAfter, d.Message, d.Bucket = true, time.Second, "", ""
 	}
 	if d.Requests.Limit > 0 {
@@ -372,8 +382,8 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 }
 
 // decide turns a store's outcome into a Decision.
-func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *localStore, redis *redisStore) Decision {
-	d := Decision{Allowed: o.allowed, org: org, local: local, redis: redis, price: l.price}
+func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, by chargedBy) Decision {
+	d := Decision{Allowed: o.allowed, org: org, by: by, price: l.price}
 	if c.budget.on() {
 		p := c.budget.periods[o.period]
 		d.Budget = Spend{Limit: Yuan(c.budget.limit), Per: lim.per, Reset: p.end, Spent: Yuan(o.spent), Reserved: Yuan(o.reserved)}
@@ -451,7 +461,7 @@ func requestsMessage(lim orgLimits, org string) string {
 // charged (on_store_error allow after a failure). The cost of an admission
 // decided in process because Redis failed is also queued for Redis's total.
 func (l *Limiter) Settle(d Decision, actualTokens int64) {
-	if !d.Allowed || (d.local == nil && d.redis == nil) {
+	if !d.Allowed || d.by == chargedNone {
 		return
 	}
 	lim := l.limitsFor(d.org)
@@ -470,23 +480,23 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	if delta == 0 && sp == nil {
 		return
 	}
-	if d.lease != nil && sp == nil {
+	if d.leaseSeq != 0 && sp == nil && l.leases != nil {
 		// What the lease does not take (a charge it cannot pay, or a
 		// refund past its grant) goes to Redis; whole tokens either way.
-		if delta = d.lease.settle(d.leaseSeq, delta*unit) / unit; delta == 0 {
+		if delta = l.leases.settle(d.org, d.leaseSeq, delta*unit) / unit; delta == 0 {
 			return
 		}
 	}
-	if d.redis != nil {
+	if d.by == chargedShared {
 		if sp != nil && sp.release > 0 {
-			d.redis.settleNow(d.org, lim, delta, *sp)
+			l.redis.settleNow(d.org, lim, delta, *sp)
 		} else {
-			d.redis.settle(d.org, lim, delta, sp)
+			l.redis.settle(d.org, lim, delta, sp)
 		}
 		return
 	}
 	t := l.now()
-	d.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, sp, micros(t), t.UnixMicro())
+	l.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, sp, micros(t), t.UnixMicro())
 	if l.redis != nil && sp != nil && sp.charge > 0 {
 		// Admitted in process because Redis failed (on_store_error
 		// local): the money is owed to Redis's total for the period

@@ -26,7 +26,7 @@ const slow = caddy.Duration(5 * time.Second) // for tests about anything but tim
 // public strips what a Decision holds for Settle, and the location of its
 // reset (each limiter loads its own).
 func public(d Decision) Decision {
-	d.org, d.local, d.redis = "", nil, nil
+	d.org, d.by = "", chargedNone
 	d.Budget.Reset = d.Budget.Reset.UTC()
 	return d
 }
@@ -266,7 +266,7 @@ func TestRedisStopped(t *testing.T) {
 			}, nil, false, onRedis(srv.URL()))
 			hook := &countHook{}
 			universal(l).AddHook(hook)
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil {
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared {
 				t.Fatal("admitted without Redis")
 			}
 			srv.Stop()
@@ -280,7 +280,7 @@ func TestRedisStopped(t *testing.T) {
 				case StoreErrorLocal:
 					// Fresh in-process buckets with the same limits.
 					if i < 2 {
-						if d := mustAllow(t, d); d.local == nil || d.Requests != (Quota{2, int64(1 - i)}) {
+						if d := mustAllow(t, d); d.by != chargedLocal || d.Requests != (Quota{2, int64(1 - i)}) {
 							t.Fatalf("fallback %d: %+v", i, d)
 						}
 					} else {
@@ -313,7 +313,7 @@ func TestRedisStopped(t *testing.T) {
 
 			srv.Restart()
 			eventually(t, func() bool { return !l.redis.lost.Load() })
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.Requests.Remaining != 1 {
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.Requests.Remaining != 1 {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
 			if back := logs.FilterMessage("redis back").All(); len(back) != 1 || back[0].Level != zapcore.InfoLevel {
@@ -574,7 +574,7 @@ func TestRedisNeverRetriesTheScript(t *testing.T) {
 	proxy.dropNext.Store(true)
 	// The script runs, its answer is lost: the admission falls back to the
 	// in-process buckets (on_store_error local) and is not sent again.
-	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedLocal {
 		t.Fatalf("lost answer: %+v, want the in-process fallback", d)
 	}
 	direct, _ := newLimiter(t, Config{StoreTimeout: slow}, clk, true, onRedis(srv.URL()), prefixed("retry:"))
@@ -588,14 +588,14 @@ func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 	l, logs := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()), prefixed("wrong:"))
 	srv.Do("SET", "wrong:{acme}:b", "not a hash")
 	for range 10 {
-		if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
+		if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedLocal {
 			t.Fatalf("%+v, want the in-process fallback", d)
 		}
 	}
 	if l.redis.lost.Load() {
 		t.Fatal("a WRONGTYPE error marked Redis lost")
 	}
-	if d := mustAllow(t, l.Admit(bg, "other", 1)); d.redis == nil {
+	if d := mustAllow(t, l.Admit(bg, "other", 1)); d.by != chargedShared {
 		t.Fatalf("other organizations must still use Redis: %+v", d)
 	}
 	errs := logs.FilterMessage("redis script failed")
