@@ -302,7 +302,7 @@ func TestRedisBudgetServerClock(t *testing.T) {
 	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
 	gw, server := newFakeClock(), newFakeClock()
 	l, _ := newLimiter(t, cfg, gw, false, onRedis(srv.URL()))
-	l.redis.now = server.now
+	redisOf(l).now = server.now
 	gw.set(time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC))
 	server.set(gw.now())
 	settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10_000)
@@ -495,8 +495,8 @@ func TestRedisBudgetTwoInstances(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		a.redis.drain()
-		b.redis.drain()
+		redisOf(a).drain()
+		redisOf(b).drain()
 		return n.Load(), c.Load()
 	}
 	if n, _ := run("unsettled", false); n != 10 {
@@ -611,8 +611,8 @@ func TestRedisBudgetStoreError(t *testing.T) {
 				}
 			}
 			proxy.Pass()
-			eventually(t, func() bool { return !l.redis.lost.Load() })
-			l.redis.drain()
+			eventually(t, func() bool { return !redisOf(l).lost.Load() })
+			redisOf(l).drain()
 			// Redis has what it had, plus, with local, the ten
 			// admissions' cost, spent in process meanwhile: the org
 			// overspent by the outage, and the record says so. The
@@ -695,7 +695,7 @@ func TestRedisSettlementAbandonedAtCloseIsCounted(t *testing.T) {
 		t.Fatalf("admitted without Redis: %+v", d)
 	}
 	proxy.Refuse()
-	for i := 0; !l.redis.lost.Load(); i++ {
+	for i := 0; !redisOf(l).lost.Load(); i++ {
 		if i == 100 {
 			t.Fatal("Redis refused 100 admissions and is not counted lost")
 		}

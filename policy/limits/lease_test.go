@@ -36,14 +36,14 @@ func newLeaser(t *testing.T, cfg Config, share float64, interval time.Duration, 
 // Redis has them.
 func sweepAt(l *Limiter, clk *fakeClock) {
 	l.leases.sweep(micros(clk.now()))
-	l.redis.drain()
+	redisOf(l).drain()
 }
 
 // levels reads org's two buckets from Redis, in units, refilled to clk's
 // time as the scripts would.
 func levels(t *testing.T, l *Limiter, org string, clk *fakeClock) (req, tok int64) {
 	t.Helper()
-	bucket, _ := l.redis.keys(org)
+	bucket, _ := redisOf(l).keys(org)
 	v, err := universal(l).HMGet(bg, bucket, "r", "ra", "t", "ta").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func TestLeaseGivesBackExactly(t *testing.T) {
 	}
 	clk.advance(time.Second)
 	sweepAt(lease, clk)
-	exact.redis.drain()
+	redisOf(exact).drain()
 	lr, lt := levels(t, lease, "acme", clk)
 	er, et := levels(t, exact, "acme", clk)
 	if lr != er || lt != et {
@@ -262,11 +262,11 @@ func TestLeaseStoreError(t *testing.T) {
 					}
 				}
 			}
-			if !l.redis.lost.Load() {
+			if !redisOf(l).lost.Load() {
 				t.Fatal("Redis not marked lost")
 			}
 			srv.Restart()
-			eventually(t, func() bool { return !l.redis.lost.Load() })
+			eventually(t, func() bool { return !redisOf(l).lost.Load() })
 			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.by == chargedLocal {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
@@ -563,7 +563,7 @@ func TestLeaseRefundStaysWithinTheSlice(t *testing.T) {
 
 	d := mustAllow(t, l.Admit(bg, "acme", burst))
 	l.Settle(d, 0) // a refund of the whole bucket
-	l.redis.drain()
+	redisOf(l).drain()
 	clk.advance(999 * time.Millisecond)
 	admitted := int64(0)
 	for l.Admit(bg, "acme", 1).Allowed {

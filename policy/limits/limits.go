@@ -56,11 +56,14 @@ type Limiter struct {
 	price   Yuan // per million input tokens
 	periods *periodCache
 
-	local        *localStore
-	releaseLocal func() error
-	redis        *redisStore // nil without Redis
-	leases       *leases     // with Redis and local_allowance; else nil
-	over         *overLimit  // orgs refused by their requests bucket, until it refills
+	// local is the in-process store: every organization's without Redis;
+	// with Redis, the holds this instance knows of and, with
+	// on_store_error local, the fallback.
+	local store
+	// shared is Redis, nil without it.
+	shared store
+	leases *leases    // with Redis and local_allowance; else nil
+	over   *overLimit // orgs refused by their requests bucket, until it refills
 
 	closeOnce sync.Once
 	closeErr  error
@@ -113,11 +116,12 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 	if timeout == 0 {
 		timeout = DefaultStoreTimeout
 	}
-	l.local, l.releaseLocal = acquireLocal(prefix)
+	l.local = acquireLocal(prefix)
 	if rdb != nil {
-		l.redis = newRedisStore(rdb, prefix, timeout, logger)
+		rs := newRedisStore(rdb, prefix, timeout, logger)
+		l.shared = rs
 		if cfg.LocalAllowance != nil {
-			l.leases = newLeases(l, l.redis, *cfg.LocalAllowance)
+			l.leases = newLeases(l, rs, *cfg.LocalAllowance)
 		}
 	} else if cfg.LocalAllowance != nil {
 		// In process every admission is local already.
@@ -135,10 +139,10 @@ func (l *Limiter) Close() error {
 		if l.leases != nil {
 			l.leases.close() // queues what the leases left, for the store's close to send
 		}
-		if l.redis != nil {
-			l.redis.close()
+		if l.shared != nil {
+			_ = l.shared.close()
 		}
-		l.closeErr = l.releaseLocal()
+		l.closeErr = l.local.close()
 	})
 	return l.closeErr
 }
@@ -330,15 +334,15 @@ func (l *Limiter) KnownOver(org string) (Decision, bool) {
 
 func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check) Decision {
 	t := l.now()
-	now, wall := micros(t), t.UnixMicro()
-	if l.redis == nil {
-		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), chargedLocal)
+	if l.shared == nil {
+		o, _ := l.local.admit(ctx, org, c, 0, t) // in process it cannot fail
+		return l.decide(org, lim, c, o, chargedLocal)
 	}
 	// Holds are also kept in process, so that this instance honours one at
 	// once, before Redis has it, and while Redis is away.
 	var held int64
 	if c.hold {
-		held = l.local.holdWait(org, now)
+		held = l.local.holdWait(org, t)
 	}
 	exact := true
 	if l.leases != nil && lim.budget == 0 && (c.usesReq() || c.usesTok()) {
@@ -349,14 +353,15 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 		}
 		exact = res == leaseExact
 	}
-	if exact && !l.redis.lost.Load() {
-		o, err := l.redis.admit(ctx, org, c, held)
+	if exact && l.shared.up() {
+		o, err := l.shared.admit(ctx, org, c, held, t)
 		if err == nil {
 			return l.decide(org, lim, c, o, chargedShared)
 		}
 	}
 	if l.mode == StoreErrorLocal {
-		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), chargedLocal)
+		o, _ := l.local.admit(ctx, org, c, held, t)
+		return l.decide(org, lim, c, o, chargedLocal)
 	}
 	var d Decision
 	switch {
@@ -487,17 +492,13 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 			return
 		}
 	}
+	t := l.now()
 	if d.by == chargedShared {
-		if sp != nil && sp.release > 0 {
-			l.redis.settleNow(d.org, lim, delta, *sp)
-		} else {
-			l.redis.settle(d.org, lim, delta, sp)
-		}
+		l.shared.settle(d.org, lim, delta, sp, t)
 		return
 	}
-	t := l.now()
-	l.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, sp, micros(t), t.UnixMicro())
-	if l.redis != nil && sp != nil && sp.charge > 0 {
+	l.local.settle(d.org, lim, delta, sp, t)
+	if l.shared != nil && sp != nil && sp.charge > 0 {
 		// Admitted in process because Redis failed (on_store_error
 		// local): the money is owed to Redis's total for the period
 		// too, or the fleet's record would stay short by the outage's
@@ -505,7 +506,7 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 		// is back; the reservation was in process only.
 		owed := *sp
 		owed.release = 0
-		l.redis.settle(d.org, lim, 0, &owed)
+		l.shared.settle(d.org, lim, 0, &owed, t)
 	}
 }
 
@@ -514,10 +515,10 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 // every instance once Redis has it (queued like Settle).
 func (l *Limiter) Hold(org string, retryAfter time.Duration) {
 	retryAfter = min(max(retryAfter, time.Second), maxHold)
-	now := micros(l.now())
-	l.local.hold(org, now+retryAfter.Microseconds(), now)
-	if l.redis != nil {
-		l.redis.hold(org, retryAfter)
+	t := l.now()
+	l.local.hold(org, retryAfter, t)
+	if l.shared != nil {
+		l.shared.hold(org, retryAfter, t)
 	}
 }
 

@@ -137,17 +137,18 @@ func newRedisStore(client RedisClient, prefix string, timeout time.Duration, log
 
 // close sends what is pending (giving up once Redis is lost) and stops the
 // background goroutines. The client stays open: the handler owns it.
-func (s *redisStore) close() {
+func (s *redisStore) close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return
+		return nil
 	}
 	s.closed = true
 	close(s.done)
 	s.space.Broadcast()
 	s.mu.Unlock()
 	s.wg.Wait()
+	return nil
 }
 
 func (s *redisStore) keys(org string) (bucket, hold string) {
@@ -194,9 +195,10 @@ func (s *redisStore) node(ctx context.Context, key string) (*redis.Client, error
 	return redispool.ForKey(ctx, s.client, key)
 }
 
-// admit runs c against Redis; localHold is the hold this instance knows of
-// (microseconds left), which Redis may not have yet.
-func (s *redisStore) admit(ctx context.Context, org string, c check, localHold int64) (outcome, error) {
+// admit implements store: c against Redis, on the server's clock;
+// localHold is the hold this instance knows of (microseconds left), which
+// Redis may not have yet.
+func (s *redisStore) admit(ctx context.Context, org string, c check, localHold int64, _ time.Time) (outcome, error) {
 	bucket, hold := s.keys(org)
 	holdArg := "0"
 	if c.hold {
@@ -396,14 +398,31 @@ func classify(err error) (class string, outage bool) {
 	return "connection", true
 }
 
-// settle queues a charge (refund when negative) of delta tokens for org,
+// settle implements store. A request that holds a budget reservation is
+// settled at once (settleNow), so that its reservation stops counting
+// before the request ends; a token correction alone is queued (enqueue).
+func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle, _ time.Time) {
+	if sp != nil && sp.release > 0 {
+		s.settleNow(org, lim, delta, *sp)
+		return
+	}
+	s.enqueue(org, lim, delta, sp)
+}
+
+// holdWait implements store: Redis's holds are known only by a round trip.
+func (s *redisStore) holdWait(string, time.Time) int64 { return 0 }
+
+// up implements store.
+func (s *redisStore) up() bool { return !s.lost.Load() }
+
+// enqueue queues a charge (refund when negative) of delta tokens for org,
 // and a budget settlement if sp is set. Amounts for one organization add up
 // while they wait. Nothing is dropped while Redis is reachable: with
 // maxPending organizations queued, settle waits for the next flush to take
 // the queue. While Redis is lost, new organizations past maxPending are
 // dropped (counted, logged once). Once the store is closed, settle sends
 // the settlement itself (see unlockAndSend).
-func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle) {
+func (s *redisStore) enqueue(org string, lim orgLimits, delta int64, sp *spendSettle) {
 	s.mu.Lock()
 	p, queued := s.settles[org]
 	if !queued && s.full() {
@@ -432,7 +451,7 @@ func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSet
 // counted and not sent again (it may have run), as in a flush.
 func (s *redisStore) settleNow(org string, lim orgLimits, delta int64, sp spendSettle) {
 	if s.lost.Load() {
-		s.settle(org, lim, delta, &sp)
+		s.enqueue(org, lim, delta, &sp)
 		return
 	}
 	c := s.settleCall(org, pendingSettle{lim: lim, delta: delta, spend: []spendSettle{sp}}, s.clockArg())
@@ -442,7 +461,7 @@ func (s *redisStore) settleNow(org string, lim orgLimits, delta int64, sp spendS
 	switch {
 	case err == nil:
 	case notSent(err):
-		s.settle(org, lim, delta, &sp)
+		s.enqueue(org, lim, delta, &sp)
 	default:
 		s.unanswered(1)
 	}
@@ -467,8 +486,8 @@ func (s *redisStore) giveBack(org string, lim orgLimits, req, tok int64) uint64 
 	return epoch
 }
 
-// hold queues a hold of d for org, like settle.
-func (s *redisStore) hold(org string, d time.Duration) {
+// hold implements store: it queues a hold of d for org, like enqueue.
+func (s *redisStore) hold(org string, d time.Duration, _ time.Time) {
 	s.mu.Lock()
 	cur, queued := s.holds[org]
 	if !queued && s.full() {

@@ -225,14 +225,14 @@ func TestRedisCluster(t *testing.T) {
 	if d := mustAllow(t, b.Admit(bg, "fresh", 0)); d.Tokens.Remaining != 63000 {
 		t.Fatalf("settlement on the cluster: %+v", d.Tokens)
 	}
-	if err := a.redis.ping(); err != nil {
+	if err := redisOf(a).ping(); err != nil {
 		t.Fatalf("cluster probe: %v", err)
 	}
 
 	// A stale slot map sends the script to the wrong node: MOVED. The
 	// script did not run; that is no outage.
-	cc := a.redis.client.(*redis.ClusterClient)
-	key, _ := a.redis.keys("acme")
+	cc := redisOf(a).client.(*redis.ClusterClient)
+	key, _ := redisOf(a).keys("acme")
 	owner, err := cc.MasterForKey(bg, key)
 	if err != nil {
 		t.Fatal(err)
@@ -246,10 +246,10 @@ func TestRedisCluster(t *testing.T) {
 		_, err = admitScript.Run(bg, wrong, []string{key, key}, "", 1, 1, 0, 0, 1, -1, "0", 0).Result()
 		break
 	}
-	a.redis.failures.Store(0)
-	a.redis.observe(bg, err)
-	if class, _ := classify(err); class != "moved" || a.redis.failures.Load() != 0 {
-		t.Fatalf("MOVED (%v) classified %s, counted %d failures", err, class, a.redis.failures.Load())
+	redisOf(a).failures.Store(0)
+	redisOf(a).observe(bg, err)
+	if class, _ := classify(err); class != "moved" || redisOf(a).failures.Load() != 0 {
+		t.Fatalf("MOVED (%v) classified %s, counted %d failures", err, class, redisOf(a).failures.Load())
 	}
 }
 
@@ -296,7 +296,7 @@ func TestRedisStopped(t *testing.T) {
 					}
 				}
 			}
-			if !l.redis.lost.Load() {
+			if !redisOf(l).lost.Load() {
 				t.Fatal("Redis not marked lost after 4 failures")
 			}
 			scripts := hook.scripts.Load()
@@ -312,7 +312,7 @@ func TestRedisStopped(t *testing.T) {
 			}
 
 			srv.Restart()
-			eventually(t, func() bool { return !l.redis.lost.Load() })
+			eventually(t, func() bool { return !redisOf(l).lost.Load() })
 			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.Requests.Remaining != 1 {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
@@ -385,13 +385,13 @@ func TestRedisBlackHoled(t *testing.T) {
 			t.Fatalf("admission %d: %+v", i, d)
 		}
 	}
-	if !l.redis.lost.Load() || logs.FilterMessage("redis lost").FilterField(zap.String("error_class", "timeout")).Len() != 1 {
+	if !redisOf(l).lost.Load() || logs.FilterMessage("redis lost").FilterField(zap.String("error_class", "timeout")).Len() != 1 {
 		t.Fatalf("want Redis lost on timeouts, logs %v", logs.All())
 	}
 	// A request whose client went away says nothing about Redis.
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	s := l.redis
+	s := redisOf(l)
 	s.failures.Store(0)
 	s.observe(ctx, context.Canceled)
 	if s.failures.Load() != 0 {
@@ -492,7 +492,7 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 func TestRedisSettlementsAddUp(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	l.redis.settleEvery.Store(int64(time.Hour))        // only a drain ends the pause
+	redisOf(l).settleEvery.Store(int64(time.Hour))        // only a drain ends the pause
 	settle(l, mustAllow(t, l.Admit(bg, "warm", 1)), 0) // loads both scripts
 	hook := &countHook{}
 	universal(l).AddHook(hook)
@@ -503,7 +503,7 @@ func TestRedisSettlementsAddUp(t *testing.T) {
 	for _, d := range admitted {
 		l.Settle(d, 100) // 900 back each
 	}
-	l.redis.drain()
+	redisOf(l).drain()
 	// The first settlement may go alone; the others wait for the pause.
 	if n := hook.scripts.Load(); n > 10+2 {
 		t.Fatalf("%d scripts for 10 admissions and 10 settlements, want at most 12", n)
@@ -592,7 +592,7 @@ func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 			t.Fatalf("%+v, want the in-process fallback", d)
 		}
 	}
-	if l.redis.lost.Load() {
+	if redisOf(l).lost.Load() {
 		t.Fatal("a WRONGTYPE error marked Redis lost")
 	}
 	if d := mustAllow(t, l.Admit(bg, "other", 1)); d.by != chargedShared {
