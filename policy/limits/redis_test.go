@@ -492,7 +492,7 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 func TestRedisSettlementsAddUp(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	redisOf(l).settleEvery.Store(int64(time.Hour))        // only a drain ends the pause
+	redisOf(l).settleEvery.Store(int64(time.Hour))     // only a drain ends the pause
 	settle(l, mustAllow(t, l.Admit(bg, "warm", 1)), 0) // loads both scripts
 	hook := &countHook{}
 	universal(l).AddHook(hook)
