@@ -55,9 +55,6 @@ func (l *Limiter) Stats() Stats {
 	if l.shared != nil {
 		st = l.shared.stats()
 	}
-	if l.leases != nil {
-		st.LeasesTaken = l.leases.taken.Load()
-	}
 	return st
 }
 

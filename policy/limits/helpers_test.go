@@ -118,8 +118,19 @@ func ownProcess(t testing.TB, l *Limiter) *Limiter {
 
 // redisOf is l's Redis store, nil without Redis.
 func redisOf(l *Limiter) *redisStore {
-	s, _ := l.shared.(*redisStore)
-	return s
+	switch s := l.shared.(type) {
+	case *redisStore:
+		return s
+	case *leases:
+		return s.s
+	}
+	return nil
+}
+
+// leasesOf is l's leases (local_allowance), nil without them.
+func leasesOf(l *Limiter) *leases {
+	ls, _ := l.shared.(*leases)
+	return ls
 }
 
 // localOf is l's in-process store.

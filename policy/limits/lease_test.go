@@ -28,14 +28,14 @@ func newLeaser(t *testing.T, cfg Config, share float64, interval time.Duration, 
 		cfg.OnStoreError = StoreErrorDeny
 	}
 	l, _ := newLimiter(t, cfg, clk, true, opts...)
-	l.leases.sweepEvery.Store(int64(time.Hour))
+	leasesOf(l).sweepEvery.Store(int64(time.Hour))
 	return l
 }
 
 // sweepAt gives back the leases expired at clk's time and waits until
 // Redis has them.
 func sweepAt(l *Limiter, clk *fakeClock) {
-	l.leases.sweep(micros(clk.now()))
+	leasesOf(l).sweep(micros(clk.now()))
 	redisOf(l).drain()
 }
 
@@ -172,14 +172,14 @@ func TestLeaseGivesBackExactly(t *testing.T) {
 	if lr == 600*unit || lt == 64000*unit {
 		t.Fatal("a bucket is full: the test proves nothing")
 	}
-	if n := lease.leases.size.Load(); n != 1 {
+	if n := leasesOf(lease).size.Load(); n != 1 {
 		t.Fatalf("%d entries after the give-back, want the returning one", n)
 	}
 	sweepAt(lease, clk)
-	if n := lease.leases.size.Load(); n != 0 {
+	if n := leasesOf(lease).size.Load(); n != 0 {
 		t.Fatalf("%d entries after the next sweep, want none", n)
 	}
-	t.Logf("leases taken %d for %d steps", lease.leases.taken.Load(), 400)
+	t.Logf("leases taken %d for %d steps", leasesOf(lease).taken.Load(), 400)
 }
 
 // TestLeaseOneCallPerOrg: concurrent admissions of one organization wait
@@ -351,7 +351,7 @@ func TestLeaseSettlementsRace(t *testing.T) {
 		t.Fatalf("the buckets lost %d requests and %d tokens (units), usage says %d and %d",
 			r, tk, requests.Load()*unit, tokens.Load()*unit)
 	}
-	t.Logf("%d leases taken", a.leases.taken.Load()+b.leases.taken.Load())
+	t.Logf("%d leases taken", leasesOf(a).taken.Load()+leasesOf(b).taken.Load())
 }
 
 // overshootBound is the README's bound, in units: what N instances leasing
@@ -544,7 +544,7 @@ func TestLeaseSweeperRuns(t *testing.T) {
 	clk.advance(10 * time.Millisecond)
 	eventually(t, func() bool {
 		r, tk := levels(t, l, "acme", clk)
-		return r >= 299*unit && tk >= 63900*unit && l.leases.size.Load() == 0
+		return r >= 299*unit && tk >= 63900*unit && leasesOf(l).size.Load() == 0
 	})
 }
 

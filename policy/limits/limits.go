@@ -60,9 +60,9 @@ type Limiter struct {
 	// with Redis, the holds this instance knows of and, with
 	// on_store_error local, the fallback.
 	local store
-	// shared is Redis, nil without it.
+	// shared is Redis (with local_allowance, behind its leases), nil
+	// without it.
 	shared store
-	leases *leases    // with Redis and local_allowance; else nil
 	over   *overLimit // orgs refused by their requests bucket, until it refills
 
 	closeOnce sync.Once
@@ -121,7 +121,7 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 		rs := newRedisStore(rdb, prefix, timeout, logger)
 		l.shared = rs
 		if cfg.LocalAllowance != nil {
-			l.leases = newLeases(l, rs, *cfg.LocalAllowance)
+			l.shared = newLeases(rs, *cfg.LocalAllowance, func() time.Time { return l.now() }, l.limitsFor)
 		}
 	} else if cfg.LocalAllowance != nil {
 		// In process every admission is local already.
@@ -136,9 +136,6 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 // does nothing.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
-		if l.leases != nil {
-			l.leases.close() // queues what the leases left, for the store's close to send
-		}
 		if l.shared != nil {
 			_ = l.shared.close()
 		}
@@ -344,20 +341,8 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 	if c.hold {
 		held = l.local.holdWait(org, t)
 	}
-	exact := true
-	if l.leases != nil && lim.budget == 0 && (c.usesReq() || c.usesTok()) {
-		// Budgets need a reservation per request: their orgs stay exact.
-		d, res := l.leases.admit(ctx, org, lim, c, held)
-		if res == leaseDone {
-			return d
-		}
-		exact = res == leaseExact
-	}
-	if exact && l.shared.up() {
-		o, err := l.shared.admit(ctx, org, c, held, t)
-		if err == nil {
-			return l.decide(org, lim, c, o, chargedShared)
-		}
+	if o, err := l.shared.admit(ctx, org, c, held, t); err == nil {
+		return l.decide(org, lim, c, o, chargedShared)
 	}
 	if l.mode == StoreErrorLocal {
 		o, _ := l.local.admit(ctx, org, c, held, t)
@@ -388,7 +373,7 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 
 // decide turns a store's outcome into a Decision.
 func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, by chargedBy) Decision {
-	d := Decision{Allowed: o.allowed, org: org, by: by, price: l.price}
+	d := Decision{Allowed: o.allowed, org: org, by: by, price: l.price, leaseSeq: o.lease}
 	if c.budget.on() {
 		p := c.budget.periods[o.period]
 		d.Budget = Spend{Limit: Yuan(c.budget.limit), Per: lim.per, Reset: p.end, Spent: Yuan(o.spent), Reserved: Yuan(o.reserved)}
@@ -485,19 +470,13 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	if delta == 0 && sp == nil {
 		return
 	}
-	if d.leaseSeq != 0 && sp == nil && l.leases != nil {
-		// What the lease does not take (a charge it cannot pay, or a
-		// refund past its grant) goes to Redis; whole tokens either way.
-		if delta = l.leases.settle(d.org, d.leaseSeq, delta*unit) / unit; delta == 0 {
-			return
-		}
-	}
 	t := l.now()
+	st := settlement{lim: lim, delta: delta, spend: sp, lease: d.leaseSeq}
 	if d.by == chargedShared {
-		l.shared.settle(d.org, lim, delta, sp, t)
+		l.shared.settle(d.org, st, t)
 		return
 	}
-	l.local.settle(d.org, lim, delta, sp, t)
+	l.local.settle(d.org, st, t)
 	if l.shared != nil && sp != nil && sp.charge > 0 {
 		// Admitted in process because Redis failed (on_store_error
 		// local): the money is owed to Redis's total for the period
@@ -506,7 +485,7 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 		// is back; the reservation was in process only.
 		owed := *sp
 		owed.release = 0
-		l.shared.settle(d.org, lim, 0, &owed, t)
+		l.shared.settle(d.org, settlement{lim: lim, spend: &owed}, t)
 	}
 }
 

@@ -113,8 +113,8 @@ func (s *localStore) admit(_ context.Context, org string, c check, _ int64, at t
 }
 
 // settle implements store: at once.
-func (s *localStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle, at time.Time) {
-	s.settleAt(org, lim.requests(), lim.tokens(), delta*unit, sp, micros(at), at.UnixMicro())
+func (s *localStore) settle(org string, st settlement, at time.Time) {
+	s.settleAt(org, st.lim.requests(), st.lim.tokens(), st.delta*unit, st.spend, micros(at), at.UnixMicro())
 }
 
 // hold implements store.

@@ -197,8 +197,11 @@ func (s *redisStore) node(ctx context.Context, key string) (*redis.Client, error
 
 // admit implements store: c against Redis, on the server's clock;
 // localHold is the hold this instance knows of (microseconds left), which
-// Redis may not have yet.
+// Redis may not have yet. While Redis is lost it fails at once (errLost).
 func (s *redisStore) admit(ctx context.Context, org string, c check, localHold int64, _ time.Time) (outcome, error) {
+	if s.lost.Load() {
+		return outcome{}, errLost
+	}
 	bucket, hold := s.keys(org)
 	holdArg := "0"
 	if c.hold {
@@ -254,6 +257,10 @@ func parseGrant(res any) (leaseGrant, error) {
 }
 
 var errBadReply = errors.New("unexpected reply from the admission script")
+
+// errLost is an admission not sent because Redis is lost: the probe has
+// not seen it come back.
+var errLost = errors.New("redis lost")
 
 // int64s reads a script's reply of len(out) integers into out.
 func int64s(res any, out []int64) error {
@@ -401,12 +408,12 @@ func classify(err error) (class string, outage bool) {
 // settle implements store. A request that holds a budget reservation is
 // settled at once (settleNow), so that its reservation stops counting
 // before the request ends; a token correction alone is queued (enqueue).
-func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle, _ time.Time) {
-	if sp != nil && sp.release > 0 {
-		s.settleNow(org, lim, delta, *sp)
+func (s *redisStore) settle(org string, st settlement, _ time.Time) {
+	if sp := st.spend; sp != nil && sp.release > 0 {
+		s.settleNow(org, st.lim, st.delta, *sp)
 		return
 	}
-	s.enqueue(org, lim, delta, sp)
+	s.enqueue(org, st.lim, st.delta, st.spend)
 }
 
 // holdWait implements store: Redis's holds are known only by a round trip.

@@ -16,11 +16,9 @@ type store interface {
 	// may not have yet) and the budget, in one step. An error means the
 	// store could not decide: on_store_error does.
 	admit(ctx context.Context, org string, c check, held int64, at time.Time) (outcome, error)
-	// settle ends one admitted request: a correction of delta tokens to
-	// the token bucket (a refund when negative) and, if sp is set, its
-	// budget charge and the release of its reservation. A reservation
+	// settle ends one admitted request (see settlement). A reservation
 	// stops counting before settle returns (see redisStore.settle).
-	settle(org string, lim orgLimits, delta int64, sp *spendSettle, at time.Time)
+	settle(org string, st settlement, at time.Time)
 	// hold refuses org's evaluations for d from at.
 	hold(org string, d time.Duration, at time.Time)
 	// holdWait is what this store knows of org's hold at at, µs left
@@ -34,4 +32,18 @@ type store interface {
 	// close sends what the store still owes and stops its background
 	// work; the in-process store's buckets outlive it (see acquireLocal).
 	close() error
+}
+
+// settlement is what ends one admitted request.
+type settlement struct {
+	lim orgLimits // the organization's limits, as the Limiter has them now
+	// delta is a correction of the token bucket, in tokens: a refund when
+	// negative.
+	delta int64
+	// spend is the budget's charge and the release of the reservation,
+	// nil for none.
+	spend *spendSettle
+	// lease is the lease that paid the admission's tokens
+	// (outcome.lease), 0 for none.
+	lease uint64
 }
