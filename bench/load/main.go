@@ -70,22 +70,47 @@ type options struct {
 
 func main() {
 	harness.ServeGuardrailsStubIfAsked()
-	var o options
-	var names, simNames string
-	flag.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured run (one configuration, one payload, one mode)")
-	flag.IntVar(&o.rounds, "rounds", 3, "rounds over the configurations; medians are reported")
-	flag.IntVar(&o.concurrency, "concurrency", 32, "clients in the fixed-concurrency runs")
-	flag.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
-	flag.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
-	flag.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
-	flag.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
-	flag.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile")
-	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
-	configs := flag.String("configs", strings.Join(harness.Configs, ","), "comma-separated configurations to measure; P is always measured, first")
-	flag.Parse()
-	if err := selectConfigs(*configs); err != nil {
+	o, err := parseArgs(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+}
+
+// parseArgs reads the command line into options, and selects the
+// configurations -configs names (see selectConfigs).
+func parseArgs(args []string) (options, error) {
+	var o options
+	var names, simNames string
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured run (one configuration, one payload, one mode)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds over the configurations; medians are reported")
+	fs.IntVar(&o.concurrency, "concurrency", 32, "clients in the fixed-concurrency runs")
+	fs.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
+	fs.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
+	fs.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
+	fs.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
+	fs.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile")
+	fs.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
+	configs := fs.String("configs", strings.Join(harness.Configs, ","), "comma-separated configurations to measure; P is always measured, first")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := selectConfigs(*configs); err != nil {
+		return o, err
 	}
 	if o.smoke {
 		o.duration, o.rounds, o.concurrency = 400*time.Millisecond, 1, 4
@@ -95,13 +120,7 @@ func main() {
 	if simNames != "" {
 		o.simPayloads = strings.Split(simNames, ",")
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.Exit(1)
-	}
+	return o, nil
 }
 
 func getPayloads(names []string) ([]payload.Payload, error) {
