@@ -12,12 +12,14 @@
 // reservation. An organization the upstream answered 429 is held at the edge
 // until its retry-after has passed (Hold).
 //
-// Without Redis the buckets and budgets live in process and survive config
-// reloads. With Redis they are shared by every gateway instance: one script
-// call per admission, on the Redis server's clock; or, with local_allowance,
-// one per lease of a slice of an organization's buckets, spent in process
-// (see lease.go). When Redis fails, on_store_error decides; see
-// Limiter.Admit.
+// The Limiter knows organizations, their limits, budget periods and money;
+// the state lives in a store (store.go): in process (local.go), the
+// default, which survives config reloads; or Redis (redis.go, batch.go,
+// script.go), shared by every gateway instance, one script call per
+// admission on the Redis server's clock; or, with local_allowance, the
+// leases (lease.go), a store wrapping Redis's that spends slices of an
+// organization's buckets in process, one call per lease. When Redis fails,
+// on_store_error decides; see Limiter.Admit.
 package limits
 
 import (
