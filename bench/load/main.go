@@ -15,6 +15,7 @@
 //	P   plain reverse_proxy
 //	L   the gateway: Redis limits, breaker and routing
 //	Lm  L with in-process limits: what L costs without its Redis round trip
+//	Lb  L with a budget never reached: a reservation and its settlement per request
 //	La  L with local_allowance 2% 100ms: Redis limits, a round trip per lease
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
@@ -71,25 +72,13 @@ type options struct {
 
 func main() {
 	harness.ServeGuardrailsStubIfAsked()
-	var o options
-	var names, simNames string
-	flag.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured run (one configuration, one payload, one mode)")
-	flag.IntVar(&o.rounds, "rounds", 3, "rounds over the configurations; medians are reported")
-	flag.IntVar(&o.concurrency, "concurrency", 32, "clients in the fixed-concurrency runs")
-	flag.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
-	flag.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
-	flag.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
-	flag.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
-	flag.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile")
-	flag.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
-	flag.Parse()
-	if o.smoke {
-		o.duration, o.rounds, o.concurrency = 400*time.Millisecond, 1, 4
-		names, simNames = "small-en", ""
+	o, err := parseArgs(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
 	}
-	o.payloads = strings.Split(names, ",")
-	if simNames != "" {
-		o.simPayloads = strings.Split(simNames, ",")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -98,6 +87,42 @@ func main() {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		os.Exit(1)
 	}
+}
+
+// parseArgs reads the command line into options, and selects the
+// configurations -configs names (see selectConfigs).
+func parseArgs(args []string) (options, error) {
+	var o options
+	var names, simNames string
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured run (one configuration, one payload, one mode)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds over the configurations; medians are reported")
+	fs.IntVar(&o.concurrency, "concurrency", 32, "clients in the fixed-concurrency runs")
+	fs.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
+	fs.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
+	fs.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
+	fs.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
+	fs.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile")
+	fs.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
+	configs := fs.String("configs", strings.Join(harness.Configs, ","), "comma-separated configurations to measure; P is always measured, first")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := selectConfigs(*configs); err != nil {
+		return o, err
+	}
+	if o.smoke {
+		o.duration, o.rounds, o.concurrency = 400*time.Millisecond, 1, 4
+		names, simNames = "small-en", ""
+	}
+	o.payloads = strings.Split(names, ",")
+	if simNames != "" {
+		o.simPayloads = strings.Split(simNames, ",")
+	}
+	return o, nil
 }
 
 func getPayloads(names []string) ([]payload.Payload, error) {
@@ -414,8 +439,9 @@ func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 				return fmt.Errorf("%s: %w", c, err)
 			}
 		}
-		// Settlements are queued and sent in the background: give them a
-		// moment, then end the count at a marker this program sends.
+		// Settlements without a budget are queued and sent in the
+		// background: give them a moment, then end the count at a marker
+		// this program sends.
 		time.Sleep(200 * time.Millisecond)
 		const marker = "bench-count-end"
 		if err := b.stack.Redis.Client.Echo(ctx, marker).Err(); err != nil {
@@ -457,10 +483,10 @@ func classify(args []string) string {
 	}
 	cmd := strings.ToLower(args[0])
 	switch {
-	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "2":
-		return "admit"
-	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":b"):
-		return "settle"
+	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 5 && strings.HasSuffix(args[3], ":b") && strings.HasSuffix(args[4], ":h"):
+		return "admit" // the bucket and the hold, and with a budget its periods
+	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && strings.HasSuffix(args[3], ":b"):
+		return "settle" // the bucket, and with a budget the period charged
 	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":h"):
 		return "hold"
 	case cmd == "get" && len(args) >= 2 && (strings.Contains(args[1], "guardrails:") || strings.Contains(args[1], ":cache:")):
@@ -541,4 +567,22 @@ func printPayloads(out io.Writer, payloads []payload.Payload) {
 
 func indent(s string) string {
 	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+// selectConfigs keeps the configurations named in list (a comma-separated
+// subset of harness.Configs), in their usual order, P always first: every
+// ratio is to P measured in the same round.
+func selectConfigs(list string) error {
+	want := map[string]bool{harness.Plain: true}
+	for _, c := range strings.Split(list, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if !slices.Contains(harness.Configs, c) {
+			return fmt.Errorf("-configs: unknown configuration %q (want some of %s)", c, strings.Join(harness.Configs, ","))
+		}
+		want[c] = true
+	}
+	harness.Configs = slices.DeleteFunc(slices.Clone(harness.Configs), func(c string) bool { return !want[c] })
+	return nil
 }

@@ -101,6 +101,9 @@ func (b *bench) targets(ur *upstreamRun) {
 	fmt.Fprintf(b.out, "\n## Targets\n\n")
 	tw := newTable(b.out, "target", "measured", "")
 	for _, t := range throughputTargets {
+		if !slices.Contains(harness.Configs, t.config) {
+			continue // not measured (-configs)
+		}
 		for _, pr := range ur.results {
 			if pr.p.Size != t.size {
 				continue
@@ -115,6 +118,9 @@ func (b *bench) targets(ur *upstreamRun) {
 			continue
 		}
 		for _, c := range []string{harness.Limits, harness.LimitsAllowance} {
+			if !slices.Contains(harness.Configs, c) {
+				continue
+			}
 			d := deltaToPlain(pr.runs[openLoop], c, 0.5)
 			tw.row(fmt.Sprintf("%s p50 − P p50 <= Redis RTT (%.3f ms) + 0.15 ms at fixed rate, %s", c, ms2(rtt), pr.p.Name),
 				fmt.Sprintf("%.3f ms", ms2(d)), verdict(d <= rtt+p50Allowance))

@@ -36,7 +36,7 @@ func waitPending(b *nodeBatcher, n int) {
 // then frees one slot).
 func pretendBusy(t *testing.T, l *Limiter) *nodeBatcher {
 	t.Helper()
-	b := l.redis.batcher(l.redis.client.(*redis.Client))
+	b := redisOf(l).batcher(redisOf(l).client.(*redis.Client))
 	b.mu.Lock()
 	b.inflight = maxInflight
 	b.mu.Unlock()
@@ -68,7 +68,7 @@ func TestRedisAdmissionsShareAPipeline(t *testing.T) {
 	}
 	var remaining []int64
 	for _, d := range got {
-		if !d.Allowed || d.redis == nil {
+		if !d.Allowed || d.by != chargedShared {
 			t.Fatalf("%+v, want admitted by Redis", d)
 		}
 		remaining = append(remaining, d.Requests.Remaining)
@@ -125,7 +125,7 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 	const burst = 100_000
 	cfg := Config{RequestsPerMinute: i64(100), TokensPerSecond: i64(1), TokenBurst: i64(burst), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
 	l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()), prefixed("many:"))
-	l.redis.maxPending = 1000
+	redisOf(l).maxPending = 1000
 
 	const orgs, workers, estimate = 30_000, 64, 500
 	usage := func(i int) int64 {
@@ -139,7 +139,7 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 		wg.Go(func() {
 			for i := w; i < orgs; i += workers {
 				d := l.Admit(bg, "org"+strconv.Itoa(i), estimate)
-				if !d.Allowed || d.redis == nil {
+				if !d.Allowed || d.by != chargedShared {
 					t.Errorf("org%d: %+v", i, d)
 					return
 				}
@@ -148,8 +148,8 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	l.redis.drain()
-	if lost, dropped := l.redis.lostAnswers.Load(), l.redis.dropped.Load(); lost != 0 || dropped != 0 {
+	redisOf(l).drain()
+	if lost, dropped := redisOf(l).lostAnswers.Load(), redisOf(l).dropped.Load(); lost != 0 || dropped != 0 {
 		t.Fatalf("%d settlements lost, %d dropped", lost, dropped)
 	}
 
@@ -180,13 +180,13 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 func TestRedisSettlementsDroppedOnlyWhileLost(t *testing.T) {
 	srv := redistest.Start(t)
 	l, logs := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()))
-	s := l.redis
+	s := redisOf(l)
 	s.maxPending = 10
 	s.lost.Store(true) // no probe runs: nothing flushes
 	for i := range 15 {
-		s.settle("org"+strconv.Itoa(i), defaultLimits, -10, nil)
+		s.enqueue("org"+strconv.Itoa(i), defaultLimits, -10, nil)
 	}
-	s.settle("org1", defaultLimits, 30, nil)
+	s.enqueue("org1", defaultLimits, 30, nil)
 	s.mu.Lock()
 	n, org1 := len(s.settles), s.settles["org1"].delta
 	s.mu.Unlock()
@@ -218,7 +218,7 @@ func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 		wg.Go(func() {
 			for range each {
 				d := l.Admit(bg, "acme", 1)
-				if !d.Allowed || d.redis == nil {
+				if !d.Allowed || d.by != chargedShared {
 					t.Errorf("%+v, want admitted with Redis's answer", d)
 					return
 				}
@@ -234,7 +234,7 @@ func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	b := l.redis.batcher(l.redis.client.(*redis.Client))
+	b := redisOf(l).batcher(redisOf(l).client.(*redis.Client))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.inflight != 0 || len(b.pending) != 0 {
@@ -253,7 +253,7 @@ func TestRedisCallTakenOffTheQueueIsNotSent(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	got := make(chan error)
 	go func() {
-		_, err := b.do(ctx, &scriptCall{node: l.redis.client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}}, time.Duration(slow))
+		_, err := b.do(ctx, &scriptCall{node: redisOf(l).client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}}, time.Duration(slow))
 		got <- err
 	}()
 	waitPending(b, 1)
@@ -271,21 +271,21 @@ func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis("redis://"+proxy.Addr()))
-	s := l.redis
+	s := redisOf(l)
 	mustAllow(t, l.Admit(bg, "warm", 1)) // the script is loaded, the connection up
 	s.maxPending = 2
 	proxy.BlackHole()
-	s.settle("org0", defaultLimits, -10, nil) // its flush is stuck for store_timeout
+	s.enqueue("org0", defaultLimits, -10, nil) // its flush is stuck for store_timeout
 	eventually(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.taken == 1 && len(s.settles) == 0
 	})
-	s.settle("org1", defaultLimits, -10, nil)
-	s.settle("org2", defaultLimits, -10, nil) // the queue is full
+	s.enqueue("org1", defaultLimits, -10, nil)
+	s.enqueue("org2", defaultLimits, -10, nil) // the queue is full
 	done := make(chan struct{})
 	go func() {
-		s.settle("org3", defaultLimits, -10, nil)
+		s.enqueue("org3", defaultLimits, -10, nil)
 		close(done)
 	}()
 	eventually(t, func() bool {

@@ -111,4 +111,7 @@ type outcome struct {
 	spent, reserved int64
 	slot            int64
 	budgetRefused   bool
+	// lease, when not 0, names the lease (local_allowance) that paid the
+	// admission's tokens: its settlement is corrected against it first.
+	lease uint64
 }

@@ -302,7 +302,7 @@ func TestRedisBudgetServerClock(t *testing.T) {
 	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
 	gw, server := newFakeClock(), newFakeClock()
 	l, _ := newLimiter(t, cfg, gw, false, onRedis(srv.URL()))
-	l.redis.now = server.now
+	redisOf(l).now = server.now
 	gw.set(time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC))
 	server.set(gw.now())
 	settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10_000)
@@ -495,8 +495,8 @@ func TestRedisBudgetTwoInstances(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		a.redis.drain()
-		b.redis.drain()
+		redisOf(a).drain()
+		redisOf(b).drain()
 		return n.Load(), c.Load()
 	}
 	if n, _ := run("unsettled", false); n != 10 {
@@ -570,7 +570,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 			l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()))
 			settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 4000)
 			inflight := mustAllow(t, l.Admit(bg, "acme", 1000))
-			if inflight.redis == nil {
+			if inflight.by != chargedShared {
 				t.Fatalf("admitted without Redis: %+v", inflight)
 			}
 
@@ -585,7 +585,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 						mustSpend(t, d, 10_000_000, 0, 0)
 						break
 					}
-					if d.local == nil {
+					if d.by != chargedLocal {
 						t.Fatalf("admission %d not in process: %+v", n, d)
 					}
 					settle(l, d, 1000)
@@ -611,8 +611,8 @@ func TestRedisBudgetStoreError(t *testing.T) {
 				}
 			}
 			proxy.Pass()
-			eventually(t, func() bool { return !l.redis.lost.Load() })
-			l.redis.drain()
+			eventually(t, func() bool { return !redisOf(l).lost.Load() })
+			redisOf(l).drain()
 			// Redis has what it had, plus, with local, the ten
 			// admissions' cost, spent in process meanwhile: the org
 			// overspent by the outage, and the record says so. The
@@ -624,7 +624,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 				spent += 10_000_000
 			}
 			d := l.Admit(bg, "acme", 0)
-			if d.redis == nil {
+			if d.by != chargedShared {
 				t.Fatalf("not back on Redis: %+v", d)
 			}
 			mustSpend(t, d, spent, 1_000_000, 0)
@@ -673,7 +673,7 @@ func TestRedisBudgetCluster(t *testing.T) {
 	for i := range 20 {
 		org := "org{" + strconv.Itoa(i) + "}"
 		d := mustAllow(t, l.Admit(bg, org, 4000))
-		if d.redis == nil {
+		if d.by != chargedShared {
 			t.Fatalf("%s: not on Redis: %+v", org, d)
 		}
 		settle(l, d, 10_000)
@@ -691,11 +691,11 @@ func TestRedisSettlementAbandonedAtCloseIsCounted(t *testing.T) {
 	cfg.StoreTimeout = slow
 	l, logs := newLimiter(t, cfg, newFakeClock(), true, onRedis("redis://"+proxy.Addr()))
 	d := mustAllow(t, l.Admit(bg, "acme", 1000))
-	if d.redis == nil {
+	if d.by != chargedShared {
 		t.Fatalf("admitted without Redis: %+v", d)
 	}
 	proxy.Refuse()
-	for i := 0; !l.redis.lost.Load(); i++ {
+	for i := 0; !redisOf(l).lost.Load(); i++ {
 		if i == 100 {
 			t.Fatal("Redis refused 100 admissions and is not counted lost")
 		}
@@ -734,5 +734,82 @@ func TestRedisSettleAfterClientClosedIsCountedDropped(t *testing.T) {
 	}
 	if logs.FilterMessage("redis unavailable as the limiter closed; settlements dropped").Len() != 1 {
 		t.Errorf("no warning: %v", logs.AllUntimed())
+	}
+}
+
+// TestBudgetNoFalseRefusalUnderConcurrency: a reservation stops counting
+// when its request ends, on every store and every instance. A budget worth
+// 100 requests' estimates, and concurrent clients far fewer than that, each
+// admitting and settling one request after another: what is spent plus
+// what is really in flight always stays below the budget, so no admission
+// may be refused on it. Unbilled traffic (the upstream failed: nothing is
+// charged, the reservation released) and billed traffic of 1 token (charged
+// a thousandth of the estimate) alike. With Redis, two instances share the
+// budget, with in-process state of their own.
+func TestBudgetNoFalseRefusalUnderConcurrency(t *testing.T) {
+	const (
+		clients   = 32
+		perClient = 100
+		estimate  = 1000 // tokens: 0.1 yuan at 100 yuan per million
+	)
+	cfg := Config{
+		RequestsPerMinute: i64(0), TokensPerSecond: i64(0),
+		Budget: &Budget{Yuan: 10 * nanoPerYuan, Per: PerDay}, Price: yp(100 * nanoPerYuan),
+		StoreTimeout: slow, OnStoreError: StoreErrorDeny,
+	}
+	reservation := cost(estimate, *cfg.Price)
+	for _, billed := range []int64{0, 1} {
+		run := func(t *testing.T, instances []*Limiter) {
+			org := "org" + strconv.FormatInt(billed, 10)
+			var inflight, spent atomic.Int64 // nano-yuan
+			var refused atomic.Int64
+			var first sync.Once
+			var wg sync.WaitGroup
+			for i := range clients {
+				l := instances[i%len(instances)]
+				wg.Go(func() {
+					for range perClient {
+						inflight.Add(reservation)
+						d := l.Admit(bg, org, estimate)
+						if !d.Allowed {
+							// Spent and in flight (this request's own
+							// included) are below the budget: at most
+							// clients reservations and every charge.
+							held := spent.Load() + inflight.Load()
+							inflight.Add(-reservation)
+							refused.Add(1)
+							first.Do(func() {
+								t.Errorf("refused (%s %q) with %d nano-yuan spent and in flight, budget %d",
+									d.Bucket, d.Message, held, int64(cfg.Budget.Yuan))
+							})
+							continue
+						}
+						c := cost(billed, *cfg.Price)
+						spent.Add(c)
+						l.Settle(d, billed)
+						inflight.Add(-reservation)
+					}
+				})
+			}
+			wg.Wait()
+			if n := refused.Load(); n > 0 {
+				t.Fatalf("%d of %d admissions refused", n, clients*perClient)
+			}
+			// Every settlement reached the store: the period holds what was
+			// spent, and nothing is reserved any more.
+			d := mustAllow(t, instances[0].Admit(bg, org, 0))
+			mustSpend(t, d, Yuan(spent.Load()), 0, 0)
+		}
+		t.Run(fmt.Sprintf("billed%d/inprocess", billed), func(t *testing.T) {
+			l, _ := newLimiter(t, cfg, nil, false)
+			run(t, []*Limiter{l})
+		})
+		t.Run(fmt.Sprintf("billed%d/redis", billed), func(t *testing.T) {
+			srv := redistest.Start(t)
+			opts := []option{onRedis(srv.URL()), prefixed("shared:")}
+			a, _ := newLimiter(t, cfg, nil, false, opts...)
+			b, _ := newLimiter(t, cfg, nil, false, opts...)
+			run(t, []*Limiter{a, ownProcess(t, b)})
+		})
 	}
 }

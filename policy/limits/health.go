@@ -8,10 +8,10 @@ import "sync/atomic"
 // back`). usesRedis is false when the buckets are kept in process. It
 // costs an atomic load: metrics read it at every scrape.
 func (l *Limiter) RedisUp() (up, usesRedis bool) {
-	if l.redis == nil {
+	if l.shared == nil {
 		return false, false
 	}
-	return !l.redis.lost.Load(), true
+	return l.shared.up(), true
 }
 
 // Stats is what a limiter did that its decisions do not show, for metrics.
@@ -52,14 +52,14 @@ func ProcessStats() Stats {
 // Stats returns the limiter's counts; a few atomic loads.
 func (l *Limiter) Stats() Stats {
 	var st Stats
-	if l.redis != nil {
-		st.SettlementsDropped = l.redis.dropped.Load()
-		st.SettlementsUnanswered = l.redis.lostAnswers.Load()
-	}
-	if l.leases != nil {
-		st.LeasesTaken = l.leases.taken.Load()
+	if l.shared != nil {
+		st = l.shared.stats()
 	}
 	return st
+}
+
+func (s *redisStore) stats() Stats {
+	return Stats{SettlementsDropped: s.dropped.Load(), SettlementsUnanswered: s.lostAnswers.Load()}
 }
 
 // countDropped counts n settlements or holds never sent.

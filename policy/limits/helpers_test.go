@@ -97,12 +97,12 @@ func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ..
 	})
 	if clk != nil {
 		l.now = clk.now
-		if pinRedis && l.redis != nil {
-			l.redis.now = clk.now
+		if pinRedis && l.shared != nil {
+			redisOf(l).now = clk.now
 		}
 	}
-	if l.redis != nil {
-		l.redis.probeMin, l.redis.probeMax = time.Millisecond, 10*time.Millisecond
+	if l.shared != nil {
+		redisOf(l).probeMin, redisOf(l).probeMax = time.Millisecond, 10*time.Millisecond
 	}
 	return l, logs
 }
@@ -110,10 +110,31 @@ func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ..
 // ownProcess gives l in-process buckets of its own, as if it ran in another
 // gateway process: only Redis connects it to the other limiters.
 func ownProcess(t testing.TB, l *Limiter) *Limiter {
-	l.local = newLocalStore()
-	t.Cleanup(func() { _ = l.local.Destruct() })
+	s := newLocalStore()
+	l.local = localRef{s, func() error { return nil }} // the cleanup stops it
+	t.Cleanup(func() { _ = s.Destruct() })
 	return l
 }
 
+// redisOf is l's Redis store, nil without Redis.
+func redisOf(l *Limiter) *redisStore {
+	switch s := l.shared.(type) {
+	case *redisStore:
+		return s
+	case *leases:
+		return s.s
+	}
+	return nil
+}
+
+// leasesOf is l's leases (local_allowance), nil without them.
+func leasesOf(l *Limiter) *leases {
+	ls, _ := l.shared.(*leases)
+	return ls
+}
+
+// localOf is l's in-process store.
+func localOf(l *Limiter) *localStore { return l.local.(localRef).localStore }
+
 // universal is the test's view of the limiter's Redis client, for hooks.
-func universal(l *Limiter) redis.UniversalClient { return l.redis.client.(redis.UniversalClient) }
+func universal(l *Limiter) redis.UniversalClient { return redisOf(l).client.(redis.UniversalClient) }

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -34,11 +35,12 @@ const maxLeases = 100_000
 const minSweepEvery = 5 * time.Millisecond
 
 type leases struct {
-	l        *Limiter
-	s        *redisStore
-	share    float64
-	interval int64 // µs
-	max      int
+	s         *redisStore
+	now       func() time.Time       // the Limiter's clock
+	limitsFor func(string) orgLimits // the Limiter's, for give-backs
+	share     float64
+	interval  int64 // µs
+	max       int
 
 	seed   maphash.Seed
 	shards [localShards]leaseShard
@@ -46,6 +48,11 @@ type leases struct {
 
 	// taken counts the lease calls that granted something.
 	taken atomic.Int64
+	// seqs numbers the leases' changes of hands across every entry, so
+	// that a lease sequence names one lease of one entry (see
+	// Decision.leaseSeq): an entry removed and made anew for the same
+	// organization never reuses one.
+	seqs atomic.Uint64
 
 	// mu is held for reading by each lease call and for writing by close,
 	// so that no lease is taken after close gave the others back.
@@ -97,9 +104,9 @@ type leaseEntry struct {
 	epoch     uint64
 }
 
-func newLeases(l *Limiter, s *redisStore, a LocalAllowance) *leases {
+func newLeases(s *redisStore, a LocalAllowance, now func() time.Time, limitsFor func(string) orgLimits) *leases {
 	share, interval := a.settings()
-	ls := &leases{l: l, s: s, share: share, interval: interval.Microseconds(), max: maxLeases,
+	ls := &leases{s: s, now: now, limitsFor: limitsFor, share: share, interval: interval.Microseconds(), max: maxLeases,
 		seed: maphash.MakeSeed(), done: make(chan struct{})}
 	for i := range ls.shards {
 		ls.shards[i].orgs = make(map[string]*leaseEntry)
@@ -129,16 +136,74 @@ const (
 	leaseFailed                    // Redis was needed and failed or is lost: on_store_error
 )
 
-// admit decides c for org from its lease, taking a new lease when needed.
+// errLeaseFailed is an admission that needed a lease call while Redis
+// failed or was lost: on_store_error decides it.
+var errLeaseFailed = errors.New("redis lease call failed")
+
+// admit implements store: from org's lease when it can pay c, taking a
+// new lease when needed; exactly, from the Redis store, for an
+// organization with a budget (a reservation per request), for a check of
+// no bucket, and when leasing would break the bound (see leaseExact).
+func (ls *leases) admit(ctx context.Context, org string, c check, held int64, at time.Time) (outcome, error) {
+	if c.budget.on() || !c.usesReq() && !c.usesTok() {
+		return ls.s.admit(ctx, org, c, held, at)
+	}
+	o, res := ls.lend(ctx, org, c, held)
+	switch res {
+	case leaseDone:
+		return o, nil
+	case leaseExact:
+		return ls.s.admit(ctx, org, c, held, at)
+	}
+	return outcome{}, errLeaseFailed
+}
+
+// settle implements store: an admission paid from a lease is corrected
+// against it first; what the lease does not take (a charge it cannot
+// pay, or a refund past its grant) goes to Redis, whole tokens either way.
+func (ls *leases) settle(org string, st settlement, at time.Time) {
+	if st.lease != 0 && st.spend == nil {
+		if st.delta = ls.settleLease(org, st.lease, st.delta*unit) / unit; st.delta == 0 {
+			return
+		}
+	}
+	ls.s.settle(org, st, at)
+}
+
+// hold implements store: through Redis; another instance honours it at
+// its next lease call, within the interval.
+func (ls *leases) hold(org string, d time.Duration, at time.Time) { ls.s.hold(org, d, at) }
+
+// holdWait implements store.
+func (ls *leases) holdWait(org string, at time.Time) int64 { return ls.s.holdWait(org, at) }
+
+// up implements store.
+func (ls *leases) up() bool { return ls.s.up() }
+
+// stats implements store: Redis's counts and the leases taken.
+func (ls *leases) stats() Stats {
+	st := ls.s.stats()
+	st.LeasesTaken = ls.taken.Load()
+	return st
+}
+
+// close implements store: what the leases hold goes back to Redis with
+// the store's last flush.
+func (ls *leases) close() error {
+	ls.giveAllBack()
+	return ls.s.close()
+}
+
+// lend decides c for org from its lease, taking a new lease when needed.
 // held is the hold this instance knows of (µs left).
-func (ls *leases) admit(ctx context.Context, org string, lim orgLimits, c check, held int64) (Decision, leaseResult) {
+func (ls *leases) lend(ctx context.Context, org string, c check, held int64) (outcome, leaseResult) {
 	for {
 		e := ls.entry(org)
 		if e == nil {
-			return Decision{}, leaseExact
+			return outcome{}, leaseExact
 		}
-		if d, res, again := ls.admitFrom(ctx, e, org, lim, c, held); !again {
-			return d, res
+		if o, res, again := ls.admitFrom(ctx, e, org, c, held); !again {
+			return o, res
 		}
 	}
 }
@@ -162,24 +227,26 @@ func (ls *leases) entry(org string) *leaseEntry {
 
 // admitFrom is admit on one entry; again means the entry was removed
 // meanwhile: look it up again.
-func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim orgLimits, c check, held int64) (d Decision, res leaseResult, again bool) {
+func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c check, held int64) (o outcome, res leaseResult, again bool) {
 	e.mu.Lock()
 	final := false
 	for {
 		if e.dead {
 			e.mu.Unlock()
-			return Decision{}, 0, true
+			return outcome{}, 0, true
 		}
-		now := micros(ls.l.now())
+		now := micros(ls.now())
 		if o, ok := e.try(c, held, now, final); ok {
-			seq := e.seq
+			if o.allowed && c.usesTok() {
+				o.lease = e.seq // Settle corrects against this lease
+			}
 			e.mu.Unlock()
-			return ls.decide(org, lim, c, o, e, seq), leaseDone, false
+			return o, leaseDone, false
 		}
 		if e.returning {
 			if ls.s.flushed.Load() < e.epoch {
 				e.mu.Unlock()
-				return Decision{}, leaseExact, false
+				return outcome{}, leaseExact, false
 			}
 			e.returning = false
 		}
@@ -191,31 +258,31 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return Decision{}, leaseFailed, false
+				return outcome{}, leaseFailed, false
 			}
 			e.mu.Lock()
 			if e.calls > calls && e.failed {
 				e.mu.Unlock()
-				return Decision{}, leaseFailed, false
+				return outcome{}, leaseFailed, false
 			}
 			final = e.calls > calls && e.refused
 			continue
 		}
 		if ls.s.lost.Load() {
 			e.mu.Unlock()
-			return Decision{}, leaseFailed, false
+			return outcome{}, leaseFailed, false
 		}
 		ls.mu.RLock()
 		if ls.closed {
 			ls.mu.RUnlock()
 			e.mu.Unlock()
-			return Decision{}, leaseExact, false
+			return outcome{}, leaseExact, false
 		}
 		// Take a new lease; the old one's rest goes back in the same
 		// script.
 		rback, tback := e.req, e.tok
 		e.held, e.req, e.tok = false, 0, 0
-		e.seq++
+		e.seq = ls.seqs.Add(1)
 		ch := make(chan struct{})
 		e.taking = ch
 		e.mu.Unlock()
@@ -232,12 +299,12 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 		e.failed = err != nil
 		if err != nil {
 			if rback > 0 || tback > 0 {
-				ls.lostBack(e, org, lim, rback, tback, err)
+				ls.lostBack(e, org, rback, tback, err)
 			}
 			e.mu.Unlock()
-			return Decision{}, leaseFailed, false
+			return outcome{}, leaseFailed, false
 		}
-		now = micros(ls.l.now())
+		now = micros(ls.now())
 		e.r, e.t, e.at = g.r, g.t, now
 		e.holdUntil = 0
 		if g.holdwait > 0 {
@@ -249,7 +316,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 		if g.req > 0 || g.tok > 0 || g.rwait == 0 && g.twait == 0 {
 			e.held, e.req, e.tok, e.until = true, g.req, g.tok, now+ls.interval
 			e.tokCap = tslice
-			e.seq++
+			e.seq = ls.seqs.Add(1)
 		}
 		if g.req > 0 || g.tok > 0 {
 			ls.countTaken()
@@ -264,7 +331,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, lim 
 // the organization is admitted exactly until it is sent); one whose answer
 // was lost may have been given back already, and is not sent again. Called
 // with e.mu held.
-func (ls *leases) lostBack(e *leaseEntry, org string, lim orgLimits, rback, tback int64, err error) {
+func (ls *leases) lostBack(e *leaseEntry, org string, rback, tback int64, err error) {
 	if !notSent(err) {
 		ls.s.countUnanswered(1)
 		if ce := ls.s.logger.Check(zap.DebugLevel, "redis lease answer lost; its give-back is not sent again"); ce != nil {
@@ -272,7 +339,7 @@ func (ls *leases) lostBack(e *leaseEntry, org string, lim orgLimits, rback, tbac
 		}
 		return
 	}
-	e.returning, e.epoch = true, ls.s.giveBack(org, lim, rback, tback)
+	e.returning, e.epoch = true, ls.s.giveBack(org, ls.limitsFor(org), rback, tback)
 }
 
 // try decides c from e's lease at now; ok false means a lease call is
@@ -335,14 +402,17 @@ func (e *leaseEntry) level(s spec, redisLevel, lease, now int64) int64 {
 	return min(refill(s, stored{level: redisLevel, at: e.at, known: true}, now)+lease, s.capacity)
 }
 
-// decide turns a lease's outcome into a Decision that Settle can correct
-// against the lease.
-func (ls *leases) decide(org string, lim orgLimits, c check, o outcome, e *leaseEntry, seq uint64) Decision {
-	d := ls.l.decide(org, lim, c, o, nil, ls.s)
-	if d.Allowed && c.usesTok() {
-		d.lease, d.leaseSeq = e, seq
+// settleLease corrects an admission of org paid from lease seq (see
+// leaseEntry.settle); a lease no longer in the table takes nothing.
+func (ls *leases) settleLease(org string, seq uint64, delta int64) (rest int64) {
+	sh := &ls.shards[maphash.String(ls.seed, org)%localShards]
+	sh.mu.Lock()
+	e := sh.orgs[org]
+	sh.mu.Unlock()
+	if e == nil {
+		return delta
 	}
-	return d
+	return e.settle(seq, delta)
 }
 
 // settle corrects an admission paid from lease seq of e by delta units of
@@ -387,7 +457,7 @@ func (ls *leases) sweepLoop() {
 			return
 		case <-t.C:
 		}
-		ls.sweep(micros(ls.l.now()))
+		ls.sweep(micros(ls.now()))
 		t.Reset(time.Duration(ls.sweepEvery.Load()))
 	}
 }
@@ -419,7 +489,7 @@ func (ls *leases) sweep(now int64) {
 			case e.held && (e.req > 0 || e.tok > 0):
 				back = append(back, giveBackItem{e, org, e.req, e.tok})
 				e.held, e.req, e.tok = false, 0, 0
-				e.seq++
+				e.seq = ls.seqs.Add(1)
 				e.returning, e.epoch = true, math.MaxUint64 // until queued
 			default:
 				e.dead = true
@@ -436,17 +506,17 @@ func (ls *leases) sweep(now int64) {
 // giveBack queues rests for Redis and notes which flush sends each.
 func (ls *leases) giveBack(back []giveBackItem) {
 	for _, b := range back {
-		epoch := ls.s.giveBack(b.org, ls.l.limitsFor(b.org), b.req, b.tok)
+		epoch := ls.s.giveBack(b.org, ls.limitsFor(b.org), b.req, b.tok)
 		b.e.mu.Lock()
 		b.e.epoch = epoch
 		b.e.mu.Unlock()
 	}
 }
 
-// close stops the sweeper and queues every lease's rest for Redis; the
-// store's close sends them. No lease is taken after it: admissions take
-// the exact path.
-func (ls *leases) close() {
+// giveAllBack stops the sweeper and queues every lease's rest for Redis;
+// the store's close sends them. No lease is taken after it: admissions
+// take the exact path.
+func (ls *leases) giveAllBack() {
 	ls.mu.Lock()
 	ls.closed = true
 	ls.mu.Unlock()
@@ -462,7 +532,7 @@ func (ls *leases) close() {
 				back = append(back, giveBackItem{e, org, e.req, e.tok})
 			}
 			e.held, e.req, e.tok, e.dead = false, 0, 0, true
-			e.seq++
+			e.seq = ls.seqs.Add(1)
 			e.mu.Unlock()
 			delete(sh.orgs, org)
 		}

@@ -28,22 +28,22 @@ func newLeaser(t *testing.T, cfg Config, share float64, interval time.Duration, 
 		cfg.OnStoreError = StoreErrorDeny
 	}
 	l, _ := newLimiter(t, cfg, clk, true, opts...)
-	l.leases.sweepEvery.Store(int64(time.Hour))
+	leasesOf(l).sweepEvery.Store(int64(time.Hour))
 	return l
 }
 
 // sweepAt gives back the leases expired at clk's time and waits until
 // Redis has them.
 func sweepAt(l *Limiter, clk *fakeClock) {
-	l.leases.sweep(micros(clk.now()))
-	l.redis.drain()
+	leasesOf(l).sweep(micros(clk.now()))
+	redisOf(l).drain()
 }
 
 // levels reads org's two buckets from Redis, in units, refilled to clk's
 // time as the scripts would.
 func levels(t *testing.T, l *Limiter, org string, clk *fakeClock) (req, tok int64) {
 	t.Helper()
-	bucket, _ := l.redis.keys(org)
+	bucket, _ := redisOf(l).keys(org)
 	v, err := universal(l).HMGet(bg, bucket, "r", "ra", "t", "ta").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func TestLeaseGivesBackExactly(t *testing.T) {
 	}
 	clk.advance(time.Second)
 	sweepAt(lease, clk)
-	exact.redis.drain()
+	redisOf(exact).drain()
 	lr, lt := levels(t, lease, "acme", clk)
 	er, et := levels(t, exact, "acme", clk)
 	if lr != er || lt != et {
@@ -172,14 +172,14 @@ func TestLeaseGivesBackExactly(t *testing.T) {
 	if lr == 600*unit || lt == 64000*unit {
 		t.Fatal("a bucket is full: the test proves nothing")
 	}
-	if n := lease.leases.size.Load(); n != 1 {
+	if n := leasesOf(lease).size.Load(); n != 1 {
 		t.Fatalf("%d entries after the give-back, want the returning one", n)
 	}
 	sweepAt(lease, clk)
-	if n := lease.leases.size.Load(); n != 0 {
+	if n := leasesOf(lease).size.Load(); n != 0 {
 		t.Fatalf("%d entries after the next sweep, want none", n)
 	}
-	t.Logf("leases taken %d for %d steps", lease.leases.taken.Load(), 400)
+	t.Logf("leases taken %d for %d steps", leasesOf(lease).taken.Load(), 400)
 }
 
 // TestLeaseOneCallPerOrg: concurrent admissions of one organization wait
@@ -242,18 +242,18 @@ func TestLeaseStoreError(t *testing.T) {
 				0.02, time.Second, clk, onRedis(srv.URL()))
 			mustAllow(t, l.Admit(bg, "acme", 1)) // a lease of 2 requests
 			srv.Stop()
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.local != nil {
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.by == chargedLocal {
 				t.Fatalf("from the lease: %+v", d)
 			}
 			for i := range 4 {
 				d := l.Admit(bg, "acme", 1)
 				switch mode {
 				case StoreErrorLocal:
-					if d := mustAllow(t, d); d.local == nil || d.Requests != (Quota{100, int64(99 - i)}) {
+					if d := mustAllow(t, d); d.by != chargedLocal || d.Requests != (Quota{100, int64(99 - i)}) {
 						t.Fatalf("fallback %d: %+v", i, d)
 					}
 				case StoreErrorAllow:
-					if !d.Allowed || d.Requests != (Quota{100, -1}) || d.Charged != 0 || d.local != nil {
+					if !d.Allowed || d.Requests != (Quota{100, -1}) || d.Charged != 0 || d.by == chargedLocal {
 						t.Fatalf("allow mode: %+v", d)
 					}
 				case StoreErrorDeny:
@@ -262,12 +262,12 @@ func TestLeaseStoreError(t *testing.T) {
 					}
 				}
 			}
-			if !l.redis.lost.Load() {
+			if !redisOf(l).lost.Load() {
 				t.Fatal("Redis not marked lost")
 			}
 			srv.Restart()
-			eventually(t, func() bool { return !l.redis.lost.Load() })
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.local != nil {
+			eventually(t, func() bool { return !redisOf(l).lost.Load() })
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.by == chargedLocal {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
 		})
@@ -351,7 +351,7 @@ func TestLeaseSettlementsRace(t *testing.T) {
 		t.Fatalf("the buckets lost %d requests and %d tokens (units), usage says %d and %d",
 			r, tk, requests.Load()*unit, tokens.Load()*unit)
 	}
-	t.Logf("%d leases taken", a.leases.taken.Load()+b.leases.taken.Load())
+	t.Logf("%d leases taken", leasesOf(a).taken.Load()+leasesOf(b).taken.Load())
 }
 
 // overshootBound is the README's bound, in units: what N instances leasing
@@ -544,7 +544,7 @@ func TestLeaseSweeperRuns(t *testing.T) {
 	clk.advance(10 * time.Millisecond)
 	eventually(t, func() bool {
 		r, tk := levels(t, l, "acme", clk)
-		return r >= 299*unit && tk >= 63900*unit && l.leases.size.Load() == 0
+		return r >= 299*unit && tk >= 63900*unit && leasesOf(l).size.Load() == 0
 	})
 }
 
@@ -563,7 +563,7 @@ func TestLeaseRefundStaysWithinTheSlice(t *testing.T) {
 
 	d := mustAllow(t, l.Admit(bg, "acme", burst))
 	l.Settle(d, 0) // a refund of the whole bucket
-	l.redis.drain()
+	redisOf(l).drain()
 	clk.advance(999 * time.Millisecond)
 	admitted := int64(0)
 	for l.Admit(bg, "acme", 1).Allowed {

@@ -12,12 +12,14 @@
 // reservation. An organization the upstream answered 429 is held at the edge
 // until its retry-after has passed (Hold).
 //
-// Without Redis the buckets and budgets live in process and survive config
-// reloads. With Redis they are shared by every gateway instance: one script
-// call per admission, on the Redis server's clock; or, with local_allowance,
-// one per lease of a slice of an organization's buckets, spent in process
-// (see lease.go). When Redis fails, on_store_error decides; see
-// Limiter.Admit.
+// The Limiter knows organizations, their limits, budget periods and money;
+// the state lives in a store (store.go): in process (local.go), the
+// default, which survives config reloads; or Redis (redis.go, batch.go,
+// script.go), shared by every gateway instance, one script call per
+// admission on the Redis server's clock; or, with local_allowance, the
+// leases (lease.go), a store wrapping Redis's that spends slices of an
+// organization's buckets in process, one call per lease. When Redis fails,
+// on_store_error decides; see Limiter.Admit.
 package limits
 
 import (
@@ -56,11 +58,14 @@ type Limiter struct {
 	price   Yuan // per million input tokens
 	periods *periodCache
 
-	local        *localStore
-	releaseLocal func() error
-	redis        *redisStore // nil without Redis
-	leases       *leases     // with Redis and local_allowance; else nil
-	over         *overLimit  // orgs refused by their requests bucket, until it refills
+	// local is the in-process store: every organization's without Redis;
+	// with Redis, the holds this instance knows of and, with
+	// on_store_error local, the fallback.
+	local store
+	// shared is Redis (with local_allowance, behind its leases), nil
+	// without it.
+	shared store
+	over   *overLimit // orgs refused by their requests bucket, until it refills
 
 	closeOnce sync.Once
 	closeErr  error
@@ -113,11 +118,12 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 	if timeout == 0 {
 		timeout = DefaultStoreTimeout
 	}
-	l.local, l.releaseLocal = acquireLocal(prefix)
+	l.local = acquireLocal(prefix)
 	if rdb != nil {
-		l.redis = newRedisStore(rdb, prefix, timeout, logger)
+		rs := newRedisStore(rdb, prefix, timeout, logger)
+		l.shared = rs
 		if cfg.LocalAllowance != nil {
-			l.leases = newLeases(l, l.redis, *cfg.LocalAllowance)
+			l.shared = newLeases(rs, *cfg.LocalAllowance, func() time.Time { return l.now() }, l.limitsFor)
 		}
 	} else if cfg.LocalAllowance != nil {
 		// In process every admission is local already.
@@ -132,13 +138,10 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 // does nothing.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
-		if l.leases != nil {
-			l.leases.close() // queues what the leases left, for the store's close to send
+		if l.shared != nil {
+			_ = l.shared.close()
 		}
-		if l.redis != nil {
-			l.redis.close()
-		}
-		l.closeErr = l.releaseLocal()
+		l.closeErr = l.local.close()
 	})
 	return l.closeErr
 }
@@ -177,16 +180,26 @@ type Decision struct {
 	// Settle takes it from the Decision.
 	Charged int64
 
-	org   string
-	local *localStore // the in-process store that charged, if any
-	redis *redisStore // or the Redis store
+	org string
+	// by names the store that charged, for Settle: the Decision holds no
+	// store of its own, only the Limiter that admitted it does.
+	by    chargedBy
 	price Yuan        // of the admission's config: Settle charges at it
 	spend spendSettle // the reservation to settle (period "" for none)
-	// lease is the lease that paid the tokens (local_allowance), and
-	// leaseSeq which of its leases: Settle corrects against it first.
-	lease    *leaseEntry
+	// leaseSeq, when not 0, is the lease of org that paid the tokens
+	// (local_allowance): Settle corrects against it first, if it is still
+	// the organization's lease.
 	leaseSeq uint64
 }
+
+// chargedBy names the store that charged an admission.
+type chargedBy uint8
+
+const (
+	chargedNone   chargedBy = iota // nothing to settle (refused, or allowed with no store)
+	chargedLocal                   // the in-process store
+	chargedShared                  // Redis
+)
 
 // Price is the price per million input tokens of the admission's config
 // (DefaultPrice for a zero Decision).
@@ -320,43 +333,32 @@ func (l *Limiter) KnownOver(org string) (Decision, bool) {
 
 func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check) Decision {
 	t := l.now()
-	now, wall := micros(t), t.UnixMicro()
-	if l.redis == nil {
-		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), l.local, nil)
+	if l.shared == nil {
+		o, _ := l.local.admit(ctx, org, c, 0, t) // in process it cannot fail
+		return l.decide(org, lim, c, o, chargedLocal)
 	}
 	// Holds are also kept in process, so that this instance honours one at
 	// once, before Redis has it, and while Redis is away.
 	var held int64
 	if c.hold {
-		held = l.local.holdWait(org, now)
+		held = l.local.holdWait(org, t)
 	}
-	exact := true
-	if l.leases != nil && lim.budget == 0 && (c.usesReq() || c.usesTok()) {
-		// Budgets need a reservation per request: their orgs stay exact.
-		d, res := l.leases.admit(ctx, org, lim, c, held)
-		if res == leaseDone {
-			return d
-		}
-		exact = res == leaseExact
-	}
-	if exact && !l.redis.lost.Load() {
-		o, err := l.redis.admit(ctx, org, c, held)
-		if err == nil {
-			return l.decide(org, lim, c, o, nil, l.redis)
-		}
+	if o, err := l.shared.admit(ctx, org, c, held, t); err == nil {
+		return l.decide(org, lim, c, o, chargedShared)
 	}
 	if l.mode == StoreErrorLocal {
-		return l.decide(org, lim, c, l.local.admit(org, c, now, wall), l.local, nil)
+		o, _ := l.local.admit(ctx, org, c, held, t)
+		return l.decide(org, lim, c, o, chargedLocal)
 	}
 	var d Decision
 	switch {
 	case held > 0:
-		d = l.decide(org, lim, c, outcome{holdWait: held, period: 1}, nil, nil)
+		d = l.decide(org, lim, c, outcome{holdWait: held, period: 1}, chargedNone)
 	case l.mode == StoreErrorAllow:
-		d = l.decide(org, lim, c, outcome{allowed: true, period: 1}, nil, nil)
+		d = l.decide(org, lim, c, outcome{allowed: true, period: 1}, chargedNone)
 		d.Charged, d.spend = 0, spendSettle{} // nothing to settle
 	default:
-		d = l.decide(org, lim, c, outcome{period: 1}, nil, nil)
+		d = l.decide(org, lim, c, outcome{period: 1}, chargedNone)
 		d.Unavailable, d.RetryAfter, d.Message, d.Bucket = true, time.Second, "", ""
 	}
 	if d.Requests.Limit > 0 {
@@ -372,8 +374,8 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 }
 
 // decide turns a store's outcome into a Decision.
-func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, local *localStore, redis *redisStore) Decision {
-	d := Decision{Allowed: o.allowed, org: org, local: local, redis: redis, price: l.price}
+func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, by chargedBy) Decision {
+	d := Decision{Allowed: o.allowed, org: org, by: by, price: l.price, leaseSeq: o.lease}
 	if c.budget.on() {
 		p := c.budget.periods[o.period]
 		d.Budget = Spend{Limit: Yuan(c.budget.limit), Per: lim.per, Reset: p.end, Spent: Yuan(o.spent), Reserved: Yuan(o.reserved)}
@@ -435,10 +437,15 @@ func requestsMessage(lim orgLimits, org string) string {
 // request after admitting it (nothing was billed, everything is refunded).
 // The cost is at the price of the admission's config, so that a price
 // changed by a reload applies from the next request. The difference goes to
-// the store that charged: at once in process, queued for Redis (off the
-// response path; a queue of at most one entry per organization, dropped
-// while Redis is lost: a reservation whose settlement is lost lapses after
-// 10 to 11 minutes, a charge is lost). A refund never lifts a bucket above
+// the store that charged: at once in process. With Redis, a request that
+// holds a budget reservation is settled at once too, in the next pipeline
+// with the admissions, and Settle waits for Redis's answer (at most
+// store_timeout): its reservation stops counting before its request ends,
+// on every instance. A token correction alone is queued (off the response
+// path; a queue of at most one entry per organization, sent every
+// settleEvery). What cannot be sent (Redis lost) is queued, and dropped
+// past maxPending organizations: a reservation whose settlement is lost
+// lapses after 10 to 11 minutes, a charge is lost. A refund never lifts a bucket above
 // capacity; an extra charge may put it in debt, at most one bucket deep.
 // With local_allowance, an admission paid from a lease is corrected against
 // that lease when it still holds enough (a refund always), else as above.
@@ -446,7 +453,7 @@ func requestsMessage(lim orgLimits, org string) string {
 // charged (on_store_error allow after a failure). The cost of an admission
 // decided in process because Redis failed is also queued for Redis's total.
 func (l *Limiter) Settle(d Decision, actualTokens int64) {
-	if !d.Allowed || (d.local == nil && d.redis == nil) {
+	if !d.Allowed || d.by == chargedNone {
 		return
 	}
 	lim := l.limitsFor(d.org)
@@ -465,20 +472,14 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	if delta == 0 && sp == nil {
 		return
 	}
-	if d.lease != nil && sp == nil {
-		// What the lease does not take (a charge it cannot pay, or a
-		// refund past its grant) goes to Redis; whole tokens either way.
-		if delta = d.lease.settle(d.leaseSeq, delta*unit) / unit; delta == 0 {
-			return
-		}
-	}
-	if d.redis != nil {
-		d.redis.settle(d.org, lim, delta, sp)
+	t := l.now()
+	st := settlement{lim: lim, delta: delta, spend: sp, lease: d.leaseSeq}
+	if d.by == chargedShared {
+		l.shared.settle(d.org, st, t)
 		return
 	}
-	t := l.now()
-	d.local.settle(d.org, lim.requests(), lim.tokens(), delta*unit, sp, micros(t), t.UnixMicro())
-	if l.redis != nil && sp != nil && sp.charge > 0 {
+	l.local.settle(d.org, st, t)
+	if l.shared != nil && sp != nil && sp.charge > 0 {
 		// Admitted in process because Redis failed (on_store_error
 		// local): the money is owed to Redis's total for the period
 		// too, or the fleet's record would stay short by the outage's
@@ -486,7 +487,7 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 		// is back; the reservation was in process only.
 		owed := *sp
 		owed.release = 0
-		l.redis.settle(d.org, lim, 0, &owed)
+		l.shared.settle(d.org, settlement{lim: lim, spend: &owed}, t)
 	}
 }
 
@@ -495,10 +496,10 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 // every instance once Redis has it (queued like Settle).
 func (l *Limiter) Hold(org string, retryAfter time.Duration) {
 	retryAfter = min(max(retryAfter, time.Second), maxHold)
-	now := micros(l.now())
-	l.local.hold(org, now+retryAfter.Microseconds(), now)
-	if l.redis != nil {
-		l.redis.hold(org, retryAfter)
+	t := l.now()
+	l.local.hold(org, retryAfter, t)
+	if l.shared != nil {
+		l.shared.hold(org, retryAfter, t)
 	}
 }
 

@@ -59,15 +59,15 @@ func mustRefuse(t *testing.T, d Decision, retryAfter time.Duration, msg string) 
 // settle applies a settlement and waits until the store has it.
 func settle(l *Limiter, d Decision, actual int64) {
 	l.Settle(d, actual)
-	if l.redis != nil {
-		l.redis.drain()
+	if l.shared != nil {
+		redisOf(l).drain()
 	}
 }
 
 func hold(l *Limiter, org string, d time.Duration) {
 	l.Hold(org, d)
-	if l.redis != nil {
-		l.redis.drain()
+	if l.shared != nil {
+		redisOf(l).drain()
 	}
 }
 
@@ -352,10 +352,10 @@ func TestInProcessForgetsFullBuckets(t *testing.T) {
 	clk.advance(30 * time.Second)
 	l.Admit(bg, "acme", 64000)    // full again in 64s
 	clk.advance(35 * time.Second) // every other bucket is full again
-	l.local.sweep(micros(clk.now()))
+	localOf(l).sweep(micros(clk.now()))
 	n := 0
-	for i := range l.local.shards {
-		n += len(l.local.shards[i].orgs)
+	for i := range localOf(l).shards {
+		n += len(localOf(l).shards[i].orgs)
 	}
 	if n != 1 {
 		t.Fatalf("%d organizations held after their buckets filled up, want 1 (acme)", n)
@@ -386,7 +386,7 @@ func TestKnownOver(t *testing.T) {
 
 		mustRefuse(t, l.AdmitRequest(bg, "acme"), 30*time.Second, "Rate limit exceeded: 2 requests per minute for organization acme")
 		var counted *countHook
-		if l.redis != nil {
+		if l.shared != nil {
 			counted = &countHook{}
 			universal(l).AddHook(counted)
 		}

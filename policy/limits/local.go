@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -15,17 +16,26 @@ import (
 // only; each admission brings the limits of the config that asks.
 var localStores = caddy.NewUsagePool()
 
-func acquireLocal(prefix string) (*localStore, func() error) {
+func acquireLocal(prefix string) localRef {
 	v, _, _ := localStores.LoadOrNew(prefix, func() (caddy.Destructor, error) {
 		return newLocalStore(), nil
 	})
 	var once sync.Once
-	return v.(*localStore), func() error {
+	return localRef{v.(*localStore), func() error {
 		var err error
 		once.Do(func() { _, err = localStores.Delete(prefix) })
 		return err
-	}
+	}}
 }
+
+// localRef is one Limiter's use of an in-process store: closing it
+// releases that use, and the last release stops the store.
+type localRef struct {
+	*localStore
+	release func() error
+}
+
+func (r localRef) close() error { return r.release() }
 
 const (
 	localShards = 32
@@ -96,6 +106,32 @@ func (s *spendState) live() int64 {
 	return sum
 }
 
+// admit implements store: in process it never fails. A hold this
+// instance knows of is in the store already (held is not needed).
+func (s *localStore) admit(_ context.Context, org string, c check, _ int64, at time.Time) (outcome, error) {
+	return s.admitAt(org, c, micros(at), at.UnixMicro()), nil
+}
+
+// settle implements store: at once.
+func (s *localStore) settle(org string, st settlement, at time.Time) {
+	s.settleAt(org, st.lim.requests(), st.lim.tokens(), st.delta*unit, st.spend, micros(at), at.UnixMicro())
+}
+
+// hold implements store.
+func (s *localStore) hold(org string, d time.Duration, at time.Time) {
+	now := micros(at)
+	s.holdAt(org, now+d.Microseconds(), now)
+}
+
+// holdWait implements store.
+func (s *localStore) holdWait(org string, at time.Time) int64 { return s.holdWaitAt(org, micros(at)) }
+
+// up implements store: the process is always there.
+func (s *localStore) up() bool { return true }
+
+// stats implements store: nothing is ever left unsent.
+func (s *localStore) stats() Stats { return Stats{} }
+
 func newLocalStore() *localStore {
 	s := &localStore{seed: maphash.MakeSeed(), done: make(chan struct{})}
 	for i := range s.shards {
@@ -161,7 +197,7 @@ func (s *localStore) with(org string, now int64, fn func(*localEntry) *localEntr
 	}
 }
 
-func (s *localStore) admit(org string, c check, now, wall int64) outcome {
+func (s *localStore) admitAt(org string, c check, now, wall int64) outcome {
 	var o outcome
 	s.with(org, now, func(e *localEntry) *localEntry {
 		if e == nil {
@@ -244,7 +280,7 @@ func (s *localStore) admit(org string, c check, now, wall int64) outcome {
 
 // settle charges delta units to org's token bucket (a refund when
 // negative), and settles a budget reservation if sp is set.
-func (s *localStore) settle(org string, req, tok spec, delta int64, sp *spendSettle, now, wall int64) {
+func (s *localStore) settleAt(org string, req, tok spec, delta int64, sp *spendSettle, now, wall int64) {
 	if !tok.on() && sp == nil {
 		return
 	}
@@ -294,7 +330,7 @@ func (e *localEntry) settleSpend(sp spendSettle, wall int64) {
 }
 
 // hold refuses org's evaluations until the given microsecond.
-func (s *localStore) hold(org string, until, now int64) {
+func (s *localStore) holdAt(org string, until, now int64) {
 	s.with(org, now, func(e *localEntry) *localEntry {
 		if e == nil {
 			e = &localEntry{expires: now}
@@ -306,7 +342,7 @@ func (s *localStore) hold(org string, until, now int64) {
 }
 
 // holdWait returns the microseconds left on org's hold.
-func (s *localStore) holdWait(org string, now int64) int64 {
+func (s *localStore) holdWaitAt(org string, now int64) int64 {
 	var wait int64
 	s.with(org, now, func(e *localEntry) *localEntry {
 		if e != nil && e.holdUntil > now {

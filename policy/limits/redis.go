@@ -137,17 +137,18 @@ func newRedisStore(client RedisClient, prefix string, timeout time.Duration, log
 
 // close sends what is pending (giving up once Redis is lost) and stops the
 // background goroutines. The client stays open: the handler owns it.
-func (s *redisStore) close() {
+func (s *redisStore) close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return
+		return nil
 	}
 	s.closed = true
 	close(s.done)
 	s.space.Broadcast()
 	s.mu.Unlock()
 	s.wg.Wait()
+	return nil
 }
 
 func (s *redisStore) keys(org string) (bucket, hold string) {
@@ -194,9 +195,13 @@ func (s *redisStore) node(ctx context.Context, key string) (*redis.Client, error
 	return redispool.ForKey(ctx, s.client, key)
 }
 
-// admit runs c against Redis; localHold is the hold this instance knows of
-// (microseconds left), which Redis may not have yet.
-func (s *redisStore) admit(ctx context.Context, org string, c check, localHold int64) (outcome, error) {
+// admit implements store: c against Redis, on the server's clock;
+// localHold is the hold this instance knows of (microseconds left), which
+// Redis may not have yet. While Redis is lost it fails at once (errLost).
+func (s *redisStore) admit(ctx context.Context, org string, c check, localHold int64, _ time.Time) (outcome, error) {
+	if s.lost.Load() {
+		return outcome{}, errLost
+	}
 	bucket, hold := s.keys(org)
 	holdArg := "0"
 	if c.hold {
@@ -252,6 +257,10 @@ func parseGrant(res any) (leaseGrant, error) {
 }
 
 var errBadReply = errors.New("unexpected reply from the admission script")
+
+// errLost is an admission not sent because Redis is lost: the probe has
+// not seen it come back.
+var errLost = errors.New("redis lost")
 
 // int64s reads a script's reply of len(out) integers into out.
 func int64s(res any, out []int64) error {
@@ -396,14 +405,31 @@ func classify(err error) (class string, outage bool) {
 	return "connection", true
 }
 
-// settle queues a charge (refund when negative) of delta tokens for org,
+// settle implements store. A request that holds a budget reservation is
+// settled at once (settleNow), so that its reservation stops counting
+// before the request ends; a token correction alone is queued (enqueue).
+func (s *redisStore) settle(org string, st settlement, _ time.Time) {
+	if sp := st.spend; sp != nil && sp.release > 0 {
+		s.settleNow(org, st.lim, st.delta, *sp)
+		return
+	}
+	s.enqueue(org, st.lim, st.delta, st.spend)
+}
+
+// holdWait implements store: Redis's holds are known only by a round trip.
+func (s *redisStore) holdWait(string, time.Time) int64 { return 0 }
+
+// up implements store.
+func (s *redisStore) up() bool { return !s.lost.Load() }
+
+// enqueue queues a charge (refund when negative) of delta tokens for org,
 // and a budget settlement if sp is set. Amounts for one organization add up
 // while they wait. Nothing is dropped while Redis is reachable: with
 // maxPending organizations queued, settle waits for the next flush to take
 // the queue. While Redis is lost, new organizations past maxPending are
 // dropped (counted, logged once). Once the store is closed, settle sends
 // the settlement itself (see unlockAndSend).
-func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSettle) {
+func (s *redisStore) enqueue(org string, lim orgLimits, delta int64, sp *spendSettle) {
 	s.mu.Lock()
 	p, queued := s.settles[org]
 	if !queued && s.full() {
@@ -416,6 +442,36 @@ func (s *redisStore) settle(org string, lim orgLimits, delta int64, sp *spendSet
 	}
 	s.settles[org] = p
 	s.unlockAndSend()
+}
+
+// settleNow settles one request that holds a budget reservation (its
+// token correction, charge and release, delta and sp as settle's) at once:
+// the script goes in the node's next pipeline, with the admissions, and
+// settleNow returns once Redis has answered, at most store_timeout later.
+// So the reservation has stopped counting before the request ends, for
+// every instance's next admission; queued, it would count until the next
+// flush, up to settleEvery plus a round trip later, and concurrent
+// requests far below the budget would be refused on reservations already
+// released. Only what cannot be sent now goes to the queue: while Redis is
+// lost, and when the script never left (no connection, no node), to be
+// sent by a flush once Redis can take it. One whose answer is lost is
+// counted and not sent again (it may have run), as in a flush.
+func (s *redisStore) settleNow(org string, lim orgLimits, delta int64, sp spendSettle) {
+	if s.lost.Load() {
+		s.enqueue(org, lim, delta, &sp)
+		return
+	}
+	c := s.settleCall(org, pendingSettle{lim: lim, delta: delta, spend: []spendSettle{sp}}, s.clockArg())
+	ctx := context.Background()
+	_, err := s.run(ctx, c.script, c.keys, c.args...)
+	s.observe(ctx, err)
+	switch {
+	case err == nil:
+	case notSent(err):
+		s.enqueue(org, lim, delta, &sp)
+	default:
+		s.unanswered(1)
+	}
 }
 
 // giveBack queues what a lease did not spend, req and tok units, to go
@@ -437,8 +493,8 @@ func (s *redisStore) giveBack(org string, lim orgLimits, req, tok int64) uint64 
 	return epoch
 }
 
-// hold queues a hold of d for org, like settle.
-func (s *redisStore) hold(org string, d time.Duration) {
+// hold implements store: it queues a hold of d for org, like enqueue.
+func (s *redisStore) hold(org string, d time.Duration, _ time.Time) {
 	s.mu.Lock()
 	cur, queued := s.holds[org]
 	if !queued && s.full() {
@@ -590,15 +646,7 @@ func (s *redisStore) flush() {
 	}
 	nHolds := len(calls)
 	for org, p := range settles {
-		bucket, _ := s.keys(org)
-		req, tok := p.lim.requests(), p.lim.tokens()
-		keys := []string{bucket}
-		args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit - p.tokBack, p.reqBack}
-		for _, sp := range p.spend {
-			keys = append(keys, s.budgetKey(org, sp.period))
-			args = append(args, sp.charge, sp.release, sp.slot, sp.end)
-		}
-		calls = append(calls, &scriptCall{script: settleScript, keys: keys, args: args})
+		calls = append(calls, s.settleCall(org, p, clock))
 		orgs = append(orgs, org)
 	}
 	// Per node, in the order of the queue.
@@ -664,12 +712,31 @@ func (s *redisStore) flush() {
 	}
 	s.mu.Unlock()
 	s.abandon(abandoned)
-	if lost > 0 {
-		s.countUnanswered(lost)
-		if ce := s.logger.Check(zap.WarnLevel, "redis settlements lost; not sent again"); ce != nil {
-			ce.Write(zap.Int64("count", lost))
-		}
+	s.unanswered(lost)
+}
+
+// unanswered counts and logs n settlements or holds whose answer was lost.
+func (s *redisStore) unanswered(n int64) {
+	if n == 0 {
+		return
 	}
+	s.countUnanswered(n)
+	if ce := s.logger.Check(zap.WarnLevel, "redis settlements lost; not sent again"); ce != nil {
+		ce.Write(zap.Int64("count", n))
+	}
+}
+
+// settleCall is the settlement script of p for org.
+func (s *redisStore) settleCall(org string, p pendingSettle, clock string) *scriptCall {
+	bucket, _ := s.keys(org)
+	req, tok := p.lim.requests(), p.lim.tokens()
+	keys := []string{bucket}
+	args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit - p.tokBack, p.reqBack}
+	for _, sp := range p.spend {
+		keys = append(keys, s.budgetKey(org, sp.period))
+		args = append(args, sp.charge, sp.release, sp.slot, sp.end)
+	}
+	return &scriptCall{script: settleScript, keys: keys, args: args}
 }
 
 // abandon counts n settlements and holds a closed store could not send

@@ -26,7 +26,7 @@ const slow = caddy.Duration(5 * time.Second) // for tests about anything but tim
 // public strips what a Decision holds for Settle, and the location of its
 // reset (each limiter loads its own).
 func public(d Decision) Decision {
-	d.org, d.local, d.redis = "", nil, nil
+	d.org, d.by = "", chargedNone
 	d.Budget.Reset = d.Budget.Reset.UTC()
 	return d
 }
@@ -225,14 +225,14 @@ func TestRedisCluster(t *testing.T) {
 	if d := mustAllow(t, b.Admit(bg, "fresh", 0)); d.Tokens.Remaining != 63000 {
 		t.Fatalf("settlement on the cluster: %+v", d.Tokens)
 	}
-	if err := a.redis.ping(); err != nil {
+	if err := redisOf(a).ping(); err != nil {
 		t.Fatalf("cluster probe: %v", err)
 	}
 
 	// A stale slot map sends the script to the wrong node: MOVED. The
 	// script did not run; that is no outage.
-	cc := a.redis.client.(*redis.ClusterClient)
-	key, _ := a.redis.keys("acme")
+	cc := redisOf(a).client.(*redis.ClusterClient)
+	key, _ := redisOf(a).keys("acme")
 	owner, err := cc.MasterForKey(bg, key)
 	if err != nil {
 		t.Fatal(err)
@@ -246,10 +246,10 @@ func TestRedisCluster(t *testing.T) {
 		_, err = admitScript.Run(bg, wrong, []string{key, key}, "", 1, 1, 0, 0, 1, -1, "0", 0).Result()
 		break
 	}
-	a.redis.failures.Store(0)
-	a.redis.observe(bg, err)
-	if class, _ := classify(err); class != "moved" || a.redis.failures.Load() != 0 {
-		t.Fatalf("MOVED (%v) classified %s, counted %d failures", err, class, a.redis.failures.Load())
+	redisOf(a).failures.Store(0)
+	redisOf(a).observe(bg, err)
+	if class, _ := classify(err); class != "moved" || redisOf(a).failures.Load() != 0 {
+		t.Fatalf("MOVED (%v) classified %s, counted %d failures", err, class, redisOf(a).failures.Load())
 	}
 }
 
@@ -266,7 +266,7 @@ func TestRedisStopped(t *testing.T) {
 			}, nil, false, onRedis(srv.URL()))
 			hook := &countHook{}
 			universal(l).AddHook(hook)
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil {
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared {
 				t.Fatal("admitted without Redis")
 			}
 			srv.Stop()
@@ -280,7 +280,7 @@ func TestRedisStopped(t *testing.T) {
 				case StoreErrorLocal:
 					// Fresh in-process buckets with the same limits.
 					if i < 2 {
-						if d := mustAllow(t, d); d.local == nil || d.Requests != (Quota{2, int64(1 - i)}) {
+						if d := mustAllow(t, d); d.by != chargedLocal || d.Requests != (Quota{2, int64(1 - i)}) {
 							t.Fatalf("fallback %d: %+v", i, d)
 						}
 					} else {
@@ -296,7 +296,7 @@ func TestRedisStopped(t *testing.T) {
 					}
 				}
 			}
-			if !l.redis.lost.Load() {
+			if !redisOf(l).lost.Load() {
 				t.Fatal("Redis not marked lost after 4 failures")
 			}
 			scripts := hook.scripts.Load()
@@ -312,8 +312,8 @@ func TestRedisStopped(t *testing.T) {
 			}
 
 			srv.Restart()
-			eventually(t, func() bool { return !l.redis.lost.Load() })
-			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.redis == nil || d.Requests.Remaining != 1 {
+			eventually(t, func() bool { return !redisOf(l).lost.Load() })
+			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.Requests.Remaining != 1 {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
 			if back := logs.FilterMessage("redis back").All(); len(back) != 1 || back[0].Level != zapcore.InfoLevel {
@@ -385,13 +385,13 @@ func TestRedisBlackHoled(t *testing.T) {
 			t.Fatalf("admission %d: %+v", i, d)
 		}
 	}
-	if !l.redis.lost.Load() || logs.FilterMessage("redis lost").FilterField(zap.String("error_class", "timeout")).Len() != 1 {
+	if !redisOf(l).lost.Load() || logs.FilterMessage("redis lost").FilterField(zap.String("error_class", "timeout")).Len() != 1 {
 		t.Fatalf("want Redis lost on timeouts, logs %v", logs.All())
 	}
 	// A request whose client went away says nothing about Redis.
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	s := l.redis
+	s := redisOf(l)
 	s.failures.Store(0)
 	s.observe(ctx, context.Canceled)
 	if s.failures.Load() != 0 {
@@ -492,7 +492,7 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 func TestRedisSettlementsAddUp(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	l.redis.settleEvery.Store(int64(time.Hour))        // only a drain ends the pause
+	redisOf(l).settleEvery.Store(int64(time.Hour))     // only a drain ends the pause
 	settle(l, mustAllow(t, l.Admit(bg, "warm", 1)), 0) // loads both scripts
 	hook := &countHook{}
 	universal(l).AddHook(hook)
@@ -503,7 +503,7 @@ func TestRedisSettlementsAddUp(t *testing.T) {
 	for _, d := range admitted {
 		l.Settle(d, 100) // 900 back each
 	}
-	l.redis.drain()
+	redisOf(l).drain()
 	// The first settlement may go alone; the others wait for the pause.
 	if n := hook.scripts.Load(); n > 10+2 {
 		t.Fatalf("%d scripts for 10 admissions and 10 settlements, want at most 12", n)
@@ -574,7 +574,7 @@ func TestRedisNeverRetriesTheScript(t *testing.T) {
 	proxy.dropNext.Store(true)
 	// The script runs, its answer is lost: the admission falls back to the
 	// in-process buckets (on_store_error local) and is not sent again.
-	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
+	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedLocal {
 		t.Fatalf("lost answer: %+v, want the in-process fallback", d)
 	}
 	direct, _ := newLimiter(t, Config{StoreTimeout: slow}, clk, true, onRedis(srv.URL()), prefixed("retry:"))
@@ -588,14 +588,14 @@ func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 	l, logs := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()), prefixed("wrong:"))
 	srv.Do("SET", "wrong:{acme}:b", "not a hash")
 	for range 10 {
-		if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.local == nil {
+		if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedLocal {
 			t.Fatalf("%+v, want the in-process fallback", d)
 		}
 	}
-	if l.redis.lost.Load() {
+	if redisOf(l).lost.Load() {
 		t.Fatal("a WRONGTYPE error marked Redis lost")
 	}
-	if d := mustAllow(t, l.Admit(bg, "other", 1)); d.redis == nil {
+	if d := mustAllow(t, l.Admit(bg, "other", 1)); d.by != chargedShared {
 		t.Fatalf("other organizations must still use Redis: %+v", d)
 	}
 	errs := logs.FilterMessage("redis script failed")

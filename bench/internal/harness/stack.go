@@ -27,6 +27,10 @@ const (
 	// admits from slices of the Redis buckets, a Redis round trip per
 	// lease rather than per request.
 	LimitsAllowance = "La"
+	// LimitsBudget is Limits with a budget far above the load: every
+	// request also reserves its estimated cost and settles it when it
+	// ends, one more script in Redis per request.
+	LimitsBudget = "Lb"
 	// Guardrails is Limits plus an uncached guardrails check.
 	Guardrails = "G"
 	// GuardrailsCached is Guardrails with the verdict cache (in Redis) hot.
@@ -38,7 +42,7 @@ const (
 )
 
 // Configs lists the configurations in the order they run.
-var Configs = []string{Plain, Limits, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached}
+var Configs = []string{Plain, Limits, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached}
 
 // Keys are the bearer keys the benchmarks spread requests over: each is an
 // organization with buckets of its own, as real traffic has several.
@@ -303,9 +307,12 @@ func (s *Stack) proxyCaddyfile() string {
 `, guardrailsURL, extra)
 	}
 	allowance := strings.Replace(limits, "\t\t}\n", "\t\t\tlocal_allowance 2% 100ms\n\t\t}\n", 1)
+	// A million yuan a day at 0.042 yuan per million tokens: never spent.
+	budget := strings.Replace(limits, "\t\t}\n", "\t\t\tbudget 1000000 per day\n\t\t}\n", 1)
 	gateway := map[string]string{
 		Limits:           redis + limits + policies,
 		LimitsAllowance:  redis + allowance + policies,
+		LimitsBudget:     redis + budget + policies,
 		LimitsLocal:      limits + policies,
 		Guardrails:       redis + limits + policies + guardrails(""),
 		GuardrailsCached: redis + limits + policies + guardrails("\t\t\tcache 10m\n"),

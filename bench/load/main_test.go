@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/systemone/systemone-gateway/bench/internal/harness"
+)
+
+// TestDocumentedCommands parses every `go run ./bench/load` command that
+// docs/limits.md shows, as the shell would split it: a flag renamed or a
+// configuration dropped fails here, not in an operator's terminal.
+func TestDocumentedCommands(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/limits.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "go run ./bench/load"
+	saved := slices.Clone(harness.Configs)
+	t.Cleanup(func() { harness.Configs = saved })
+	n := 0
+	for line := range strings.Lines(string(doc)) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		n++
+		var args []string
+		for _, f := range strings.Fields(strings.TrimPrefix(line, prefix)) {
+			args = append(args, strings.Trim(f, `"`)) // "" is an empty argument
+		}
+		harness.Configs = slices.Clone(saved)
+		o, err := parseArgs(args)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if _, err := getPayloads(o.payloads); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if line == prefix+` -configs L,Lb,Lm -payloads small-en -sim-payloads "" -rounds 3 -duration 3s` {
+			if want := []string{harness.Plain, harness.Limits, harness.LimitsBudget, harness.LimitsLocal}; !slices.Equal(harness.Configs, want) ||
+				o.simPayloads != nil || o.rounds != 3 || o.duration != 3*time.Second {
+				t.Fatalf("%s: configs %v, options %+v", line, harness.Configs, o)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no %q command in docs/limits.md", prefix)
+	}
+}
+
+func TestUnknownConfigIsRefused(t *testing.T) {
+	saved := slices.Clone(harness.Configs)
+	t.Cleanup(func() { harness.Configs = saved })
+	if _, err := parseArgs([]string{"-configs", "L,Lx"}); err == nil || !strings.Contains(err.Error(), `"Lx"`) {
+		t.Fatalf("got %v, want the unknown configuration named", err)
+	}
+}
