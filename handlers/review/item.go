@@ -99,16 +99,6 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
 }
 
-// find returns the entry's question id, or nil.
-func (e *entry) find(id string) *question {
-	for i := range e.questions {
-		if e.questions[i].ID == id {
-			return &e.questions[i]
-		}
-	}
-	return nil
-}
-
 // Item is an entry as the API shows it: the entry's fields, audit a
 // boolean, questions an array, request and response JSON values when
 // stored (a body that is not JSON shows as a string), plus the stream id

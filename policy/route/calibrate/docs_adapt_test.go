@@ -16,7 +16,7 @@ func TestDocActiveAuditCaddyfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)```caddyfile\n(.*?)```").FindStringSubmatch(string(doc))
+	m := regexp.MustCompile("(?s)```caddyfile[^\n]*\n(.*?)```").FindStringSubmatch(string(doc))
 	if m == nil {
 		t.Fatal("no caddyfile block")
 	}
