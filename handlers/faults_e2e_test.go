@@ -947,8 +947,12 @@ func TestFaultsClients(t *testing.T) {
 			"unclosed, 1M":        `{"state":` + strings.Repeat("[", 1_000_000),
 		} {
 			r := c.post(url, "deep", body)
-			if err := contractAnswer(r, "invalid_request"); err != nil || r.elapsed > time.Second {
-				t.Errorf("%s: %v, want 422 within 1s", name, r)
+			// A hang detector, not a speed check (that is the benchmarks'
+			// job): the scanner refuses these in linear time, well under a
+			// second on an idle machine, but a loaded CI machine running
+			// -race takes longer.
+			if err := contractAnswer(r, "invalid_request"); err != nil || r.elapsed > 10*time.Second {
+				t.Errorf("%s: %v, want 422 without a hang", name, r)
 			}
 		}
 		if eval.Calls() != 0 || guard.Calls() != 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 const pinnedRoutes = `		route {
@@ -261,7 +262,8 @@ func TestRouteQueue(t *testing.T) {
 	}
 }
 
-// With include_content, a queue entry carries both bodies.
+// With include_content, a queue entry names its content entry, which
+// carries both bodies (route.ContentStream).
 func TestRouteQueueIncludeContent(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	rs := redistest.Start(t)
@@ -278,8 +280,12 @@ func TestRouteQueueIncludeContent(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); len(entries) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		entries, _ = client.XRange(context.Background(), "review:human", "-", "+").Result()
 	}
-	if len(entries) != 1 || entries[0].Values["request"] != body || entries[0].Values["response"] != string(answer) ||
-		entries[0].Values["reason"] != "unpinned_version" {
-		t.Errorf("entries %v", entries)
+	if len(entries) != 1 || entries[0].Values["content"] == nil || entries[0].Values["reason"] != "unpinned_version" {
+		t.Fatalf("entries %v", entries)
+	}
+	id := entries[0].Values["content"].(string)
+	content, err := client.XRange(context.Background(), route.ContentStream("review:human"), id, id).Result()
+	if err != nil || len(content) != 1 || content[0].Values["request"] != body || content[0].Values["response"] != string(answer) {
+		t.Errorf("content %v %v", content, err)
 	}
 }
