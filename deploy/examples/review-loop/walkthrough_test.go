@@ -112,8 +112,8 @@ func TestWalkthrough(t *testing.T) {
 			audited++
 		}
 	}
-	if len(page.Items) != 300 || audited < 100 || audited > 200 {
-		t.Fatalf("%d items queued, %d audited: want 300, about half audited", len(page.Items), audited)
+	if len(page.Items) != 400 || audited < 140 || audited > 260 {
+		t.Fatalf("%d items queued, %d audited: want 400, about half audited", len(page.Items), audited)
 	}
 
 	// 3. The next item is audited; the reviewer labels every audited one.
@@ -140,7 +140,7 @@ func TestWalkthrough(t *testing.T) {
 		}
 	}
 	getJSON(t, shell, blocks[6], &progress)
-	if len(progress.Groups) != 1 || progress.Groups[0].Model != "service-1.0.0" || progress.Groups[0].Labels != 2*audited ||
+	if len(progress.Groups) != 1 || progress.Groups[0].Model != "service-1.0.0" || progress.Groups[0].Labels != 3*audited ||
 		progress.Groups[0].Threshold == nil || progress.Groups[0].LabelsNeeded != 0 {
 		t.Fatalf("progress: %+v", progress)
 	}
