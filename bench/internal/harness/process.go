@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -122,15 +123,34 @@ func (p *Process) WaitListening(addr string, within time.Duration) error {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, and
+// that it has not returned before in this process.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	// The kernel may hand a port just closed out again: two calls in a row
+	// (a server's port, then its admin port) could name the same one, and
+	// the wait for the server would then be met by its admin endpoint.
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port free that was not handed out before")
 }
+
+// handedOut are the ports FreePort returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // BuildGateway builds cmd/systemone-gateway of the module in the working
 // directory (or above it) into dir and returns the binary's path.
