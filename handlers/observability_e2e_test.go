@@ -198,7 +198,14 @@ func accessEntries(t *testing.T, path string) map[string]map[string]any {
 // scrape returns the systemone_ lines of a metrics endpoint.
 func scrape(t *testing.T, url string) []string {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A connection of its own: a reload closes the server's idle
+	// connections, and a scrape reusing one could read EOF.
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
