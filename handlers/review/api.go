@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/policy/guarantee"
+	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // Paging of GET /items.
@@ -435,7 +436,7 @@ func (e *entry) records(body labelsBody, kinds map[string]kind, ts string) ([]re
 		out = append(out, record{
 			Entry: e.id, RequestID: e.requestID, Org: e.org, Model: e.model,
 			Type: q.Type, Question: q.ID, Confidence: q.Confidence, Answer: q.Answer,
-			Label: label, Agree: agree(q.Type, label, q.Answer), Audit: e.audit,
+			Label: label, Agree: route.Agree(q.Type, label, q.Answer), Audit: e.audit,
 			AuditP: e.auditP, AuditFloor: e.auditFloor, AuditFrom: e.auditFrom,
 			Route: q.Route, Reviewer: body.reviewer, TS: ts,
 		})

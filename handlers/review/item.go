@@ -3,7 +3,6 @@ package review
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"strconv"
 	"strings"
 
@@ -182,28 +181,6 @@ type record struct {
 	Route      string          `json:"route"`
 	Reviewer   string          `json:"reviewer"`
 	TS         string          `json:"ts"`
-}
-
-// agree reports whether label (a validated label of question type typ)
-// agrees with the model's answer: noul label == (answer >= 0.5), choice
-// label == answer, score |label - answer| <= 0.5. An answer that is null
-// or not of the type's kind (the model's answer was unreadable) never
-// agrees: the model gave no usable answer, so counting it as agreement
-// would flatter the model in calibration.
-func agree(typ string, label, answer json.RawMessage) bool {
-	switch typ {
-	case "noul":
-		var l bool
-		var a float64
-		return json.Unmarshal(label, &l) == nil && isNumber(answer, &a) && l == (a >= 0.5)
-	case "choice":
-		var l, a string
-		return json.Unmarshal(label, &l) == nil && !isNull(answer) && json.Unmarshal(answer, &a) == nil && l == a
-	case "score":
-		var l, a float64
-		return json.Unmarshal(label, &l) == nil && isNumber(answer, &a) && math.Abs(l-a) <= 0.5
-	}
-	return false
 }
 
 // isNumber decodes raw into v when it is a JSON number.

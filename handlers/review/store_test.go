@@ -18,6 +18,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/policy/guarantee"
+	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 func testStore(t *testing.T) (*store, redis.UniversalClient) {
@@ -227,7 +228,7 @@ func TestAgree(t *testing.T) {
 		if tc.answer != "" {
 			answer = json.RawMessage(tc.answer)
 		}
-		if got := agree(tc.typ, json.RawMessage(tc.label), answer); got != tc.want {
+		if got := route.Agree(tc.typ, json.RawMessage(tc.label), answer); got != tc.want {
 			t.Errorf("agree(%s, %s, %s) = %v", tc.typ, tc.label, tc.answer, got)
 		}
 	}

@@ -313,7 +313,7 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 			}
 		}
 		agree := json.RawMessage("false")
-		if Agree(l.typ, l.label, answer) {
+		if route.Agree(l.typ, l.label, answer) {
 			agree = json.RawMessage("true")
 		}
 		out, err := rewriteLine(l.raw, rewritten, map[string]json.RawMessage{
@@ -419,26 +419,4 @@ func detail(body []byte) string {
 		b = append(b[:200:200], "..."...)
 	}
 	return strings.ToValidUTF8(string(b), "?")
-}
-
-// Agree is the contract's agreement of a label with an answer: noul label ==
-// (answer >= 0.5), choice label == answer, score |label - answer| <= 0.5. A
-// null or unreadable answer never agrees, as the review API counts it.
-func Agree(typ string, label, answer json.RawMessage) bool {
-	if string(answer) == "null" || len(answer) == 0 {
-		return false
-	}
-	switch typ {
-	case evaluation.TypeNoul:
-		var l bool
-		var a float64
-		return json.Unmarshal(label, &l) == nil && json.Unmarshal(answer, &a) == nil && l == (a >= 0.5)
-	case evaluation.TypeChoice:
-		var l, a string
-		return json.Unmarshal(label, &l) == nil && json.Unmarshal(answer, &a) == nil && l == a
-	case evaluation.TypeScore:
-		var l, a float64
-		return json.Unmarshal(label, &l) == nil && json.Unmarshal(answer, &a) == nil && math.Abs(l-a) <= 0.5
-	}
-	return false
 }
