@@ -62,7 +62,7 @@ func do(t *testing.T, req *http.Request) (*http.Response, []byte) {
 	for attempt := 1; err != nil && resetByReload(err) && req.GetBody != nil && attempt <= 3; attempt++ {
 		// Right after a `caddy reload`, a connection the old listener had
 		// accepted but not read is reset (Caddy and Linux SO_REUSEPORT; see
-		// the README's Reliability section): no handler saw the request,
+		// docs/operations.md#reloads): no handler saw the request,
 		// so it is sent again on a new connection.
 		req.Body, _ = req.GetBody()
 		resp, err = (&http.Transport{DisableCompression: true}).RoundTrip(req)

@@ -367,7 +367,8 @@ func TestKnownOverLimitRefusedBeforeTheBody(t *testing.T) {
 // TestLocalAllowanceEndToEnd: two gateways (two sites, each its own
 // handler and leases) share one org's Redis bucket of 60 requests a minute
 // with `local_allowance 10% 10s` (leases of 6 requests). Alternating
-// between them, the org gets its 60 requests within the README's bound
+// between them, the org gets its 60 requests within the bound of
+// docs/limits.md#local-allowance
 // ((N−1)·s + min(s, r·T) = 12 beyond exact admission, plus the refill of
 // the run), at most (N−1)·s = 6 short of it, then the contract's 429; and
 // Redis runs a fraction of the scripts exact admission would (without the

@@ -166,7 +166,7 @@ const answer200 = `{"model":"service-1.0.0","answers":{"late":{"type":"noul","no
 // the gateway's namespaces are the gateway's own, whatever the upstream
 // sends under those names: X-Gateway-* always, and X-Route*,
 // X-Guardrails-*, X-RateLimit-* wherever their policy is on (where it is
-// off, the README says the upstream's pass unchanged). On any status,
+// off, docs/headers-and-answers.md says the upstream's pass unchanged). On any status,
 // buffered or streamed, on interim (1xx) responses, in trailers, and on
 // requests other than evaluations.
 func TestSecurityGatewayHeadersAreItsOwn(t *testing.T) {

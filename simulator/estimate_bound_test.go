@@ -11,7 +11,7 @@ import (
 
 // The gateway's token estimate is not an upper bound: it is tuned to be
 // close on natural text (0.89x to 1.08x, TestEstimatorError). Its stated
-// worst case, in docs/operations-notes.md, is that the input tokens billed
+// worst case, in docs/limits.md (the token estimate's worst case), is that the input tokens billed
 // are at most 4 times the estimate, plus the upstream's framing of each
 // question (questionOverhead here), for any tokenizer that makes at most
 // one token of each byte of the text (byte-level BPE, and the simulator's
