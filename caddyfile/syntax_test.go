@@ -21,14 +21,20 @@ type syntaxDoc struct {
 	doc    string   // the file holding the documented function
 	fn     string   // its name
 	parser []string // the files whose switch statements name the subdirectives (case labels)
+	// within is a whole Caddyfile with %s where the directive goes; empty:
+	// the directive goes inside a site.
+	within string
 }
 
 // syntaxDocs lists every directive of the module. A new directive's parser
 // belongs here.
 var syntaxDocs = []syntaxDoc{
-	{doc: "caddyfile.go", fn: "Unmarshal", parser: []string{"caddyfile.go", "limits.go", "guardrails.go", "breaker.go", "route.go"}},
+	{doc: "caddyfile.go", fn: "Unmarshal", parser: []string{"caddyfile.go", "limits.go", "guardrails.go", "breaker.go", "cache.go", "route.go"}},
 	{doc: "../handlers/review/caddyfile.go", fn: "UnmarshalCaddyfile", parser: []string{"../handlers/review/caddyfile.go"}},
 	{doc: "../simulator/caddyfile.go", fn: "UnmarshalCaddyfile", parser: []string{"../simulator/caddyfile.go"}},
+	// A log writer: the global log option's output.
+	{doc: "../internal/bufferedlog/bufferedlog.go", fn: "UnmarshalCaddyfile", parser: []string{"../internal/bufferedlog/bufferedlog.go"},
+		within: "{\n\tlog {\n\t\toutput%s\t}\n}\n:8080 {\n\trespond ok\n}\n"},
 }
 
 // samples are the values the syntax blocks' <placeholders> take in the
@@ -40,7 +46,7 @@ var samples = map[string]string{
 	"<url>": "redis://127.0.0.1:6379", "<base_url>": "http://127.0.0.1:9080", "<prefix>": "gw:",
 	"<key>": "sample-key", "<name>": "sample", "<level>": "high", "<category>": "privacy",
 	"<version>": "service-1.0.0", "<stream>": "review", "<yuan>": "1.5", "<zone>": "Asia/Shanghai",
-	"<share>": "2", "<interval>": "100ms", "<target>": "0.9", "<a>": "0.05",
+	"<share>": "2", "<interval>": "100ms", "<target>": "0.9", "<a>": "0.05", "<bytes>": "64KiB",
 }
 
 // sampleLines replace the generic sample of an option (by its path of
@@ -50,6 +56,8 @@ var sampleLines = map[string]string{
 	"systemone guardrails review": "review low", // block high
 	// Two forms in one line; the active form is parsed by TestUnmarshalActiveAudit.
 	"systemone route audit": "audit 0.1",
+	// The wrapped writer: one that takes no arguments and no block.
+	"buffered output": "output stderr",
 }
 
 // TestSyntaxBlocks keeps each directive's documented syntax and its parser
@@ -67,7 +75,7 @@ func TestSyntaxBlocks(t *testing.T) {
 				t.Fatalf("%s: the syntax block of %s: %v", file, sd.fn, err)
 			}
 			t.Logf("the syntax block with sample values:\n%s", caddyfileText)
-			if err := adapt(caddyfileText); err != nil {
+			if err := sd.adapt(caddyfileText); err != nil {
 				t.Errorf("%s: the syntax block of %s, every option with a sample value, does not adapt: %v\n%s", file, sd.fn, err, caddyfileText)
 			}
 			labels := caseLabels(t, sd.parser)
@@ -78,7 +86,7 @@ func TestSyntaxBlocks(t *testing.T) {
 					}
 					probe := &syntaxNode{name: label}
 					text := n.withOnly(path, probe)
-					err := adapt(text)
+					err := sd.adapt(text)
 					if err != nil && unknown(err, label) {
 						continue
 					}
@@ -90,10 +98,14 @@ func TestSyntaxBlocks(t *testing.T) {
 	}
 }
 
-// adapt adapts a Caddyfile site holding text.
-func adapt(text string) error {
+// adapt adapts a Caddyfile holding text where sd's directive goes.
+func (sd syntaxDoc) adapt(text string) error {
+	whole := ":8080 {\n" + text + "}\n"
+	if sd.within != "" {
+		whole = fmt.Sprintf(sd.within, text)
+	}
 	adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
-	_, _, err := adapter.Adapt([]byte(":8080 {\n"+text+"}\n"), map[string]any{"filename": "Caddyfile"})
+	_, _, err := adapter.Adapt([]byte(whole), map[string]any{"filename": "Caddyfile"})
 	return err
 }
 
