@@ -105,7 +105,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 // Every block is optional; a missing block turns its policy off. Each
 // block's options, defaults and ranges are documented on its policy's
-// Config (package limits, guardrails, breaker, route). TestSyntaxBlocks
+// Config (package limits, guardrails, breaker, cache, route). TestSyntaxBlocks
 // checks this syntax block against what the parser accepts: an option
 // added to the parser must be added here, and every option shown here
 // must adapt. Numbers,
