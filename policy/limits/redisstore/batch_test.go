@@ -282,7 +282,7 @@ func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 	mustAdmit(t, s, "warm", admission(defReq, defTok, 1)) // the script is loaded, the connection up
 	proxy.BlackHole()
 	s.enqueue("org0", defReq, defTok, -10, nil) // its flush is stuck for store_timeout
-	wait.Until(t, "the condition", func() bool {
+	wait.Until(t, "the flush to take org0", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.taken == 1 && len(s.settles) == 0
@@ -294,7 +294,7 @@ func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 		s.enqueue("org3", defReq, defTok, -10, nil)
 		close(done)
 	}()
-	wait.Until(t, "the condition", func() bool {
+	wait.Until(t, "the full queue to ask for a flush", func() bool {
 		select {
 		case <-done:
 			t.Fatal("the settlement did not wait for room while Redis counted as up")
