@@ -748,7 +748,7 @@ func (s *Store) flush() {
 	}
 
 	var lost int64
-	abandoned := 0
+	abandoned, requeued := 0, 0
 	s.mu.Lock()
 	for i, c := range calls {
 		sentOK := c.res != nil || (c.err != nil && !notSent(c.err))
@@ -763,6 +763,7 @@ func (s *Store) flush() {
 			continue
 		}
 		org := orgs[i]
+		requeued++
 		if i < nHolds {
 			s.holds[org] = max(s.holds[org], holds[org])
 		} else {
@@ -780,6 +781,11 @@ func (s *Store) flush() {
 	s.mu.Unlock()
 	s.abandon(abandoned)
 	s.unanswered(lost)
+	if requeued > 0 {
+		// Try again after the pause, traffic or not: the failures count
+		// towards Redis lost, and then the probe takes over.
+		s.wake()
+	}
 }
 
 // unanswered counts and logs n settlements or holds whose answer was lost.
