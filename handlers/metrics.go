@@ -269,6 +269,9 @@ var (
 	leasesDesc = prometheus.NewDesc(namespace+"_limit_leases_total",
 		"Lease calls to Redis that granted a slice of an organization's buckets (local_allowance).",
 		nil, nil)
+	settlementsPendingDesc = prometheus.NewDesc(namespace+"_limit_settlements_pending",
+		"Organizations whose settlements or holds wait for Redis: queued, or sent and not yet answered. Near 0 while Redis answers; it grows while Redis is lost, and settlements past 100,000 organizations are dropped.",
+		nil, nil)
 	settlementsLostDesc = prometheus.NewDesc(namespace+"_limit_settlements_lost_total",
 		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost; not sent again).",
 		[]string{"reason"}, nil)
@@ -279,7 +282,8 @@ var (
 var liveLimiters sync.Map // *limits.Limiter -> struct{}
 
 // limiterCollector reports the limiters' metrics: systemone_redis_up is 0
-// when any live limiter counts its Redis as lost; the counters are the
+// when any live limiter counts its Redis as lost; the settlements pending
+// add up the live limiters' queues; the counters are the
 // process's (limits.ProcessStats), so they keep counting across reloads,
 // what a released limiter still sends or drops included. All are absent
 // while no limiter has used Redis.
@@ -287,19 +291,22 @@ type limiterCollector struct{}
 
 func (limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- redisUpDesc
+	ch <- settlementsPendingDesc
 	ch <- leasesDesc
 	ch <- settlementsLostDesc
 }
 
 func (limiterCollector) Collect(ch chan<- prometheus.Metric) {
-	up, used := 1.0, false
+	up, used, pending := 1.0, false, int64(0)
 	liveLimiters.Range(func(k, _ any) bool {
-		ok, uses := k.(*limits.Limiter).RedisUp()
+		l := k.(*limits.Limiter)
+		ok, uses := l.RedisUp()
 		if uses {
 			used = true
 			if !ok {
 				up = 0
 			}
+			pending += l.Stats().Pending
 		}
 		return true
 	})
@@ -309,6 +316,7 @@ func (limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if used {
 		ch <- prometheus.MustNewConstMetric(redisUpDesc, prometheus.GaugeValue, up)
+		ch <- prometheus.MustNewConstMetric(settlementsPendingDesc, prometheus.GaugeValue, float64(pending))
 	}
 	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.CounterValue, float64(total.LeasesTaken))
 	ch <- prometheus.MustNewConstMetric(settlementsLostDesc, prometheus.CounterValue, float64(total.SettlementsDropped), "dropped")

@@ -206,6 +206,13 @@ func scrape(t *testing.T, url string) []string {
 	// connections, and a scrape reusing one could read EOF.
 	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
+	for try := 1; err != nil && try < 3; try++ {
+		// A connection the old server accepted as a reload shut it
+		// down is closed unanswered: Prometheus scrapes again, so does
+		// the test.
+		time.Sleep(50 * time.Millisecond)
+		resp, err = http.DefaultClient.Do(req)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +333,36 @@ func TestRedisUpMetric(t *testing.T) {
 
 	rs.Restart()
 	waitFor(t, func() bool { return up() == "1" }, 15*time.Second)
+}
+
+// systemone_limit_settlements_pending shows a settlement waiting for a
+// Redis that stopped while its request was upstream, and goes back to 0
+// once Redis is back and has it.
+func TestSettlementsPendingMetric(t *testing.T) {
+	rs := redistest.Start(t)
+	up := gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rs.Stop() // admitted already: the settlement finds no Redis
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"model":"service-1.0.0","answers":{"late":{"type":"noul","noul":0.9}},"usage":{"input_tokens":5000,"output_tokens":2}}`))
+	}))
+	sites, url := site(t, up.Addr(), "\t\tredis "+rs.URL()+"\n\t\tlimits {\n\t\t\tstore_timeout 200ms\n\t\t}\n")
+	metricsPort := gatewaytest.FreePort(t)
+	gatewaytest.Load(t, sites+fmt.Sprintf(":%d {\n\tmetrics\n}\n", metricsPort))
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	pending := func() string {
+		for _, line := range scrape(t, metricsURL) {
+			if v, ok := strings.CutPrefix(line, "systemone_limit_settlements_pending "); ok {
+				return v
+			}
+		}
+		return "absent"
+	}
+	if resp, body := post(t, url, "pending-key", smallBody); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	waitFor(t, func() bool { return pending() == "1" }, 10*time.Second)
+	rs.Restart()
+	waitFor(t, func() bool { return pending() == "0" }, 15*time.Second)
 }
 
 // A settlement whose answer Redis never sends is counted in

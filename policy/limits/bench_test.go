@@ -50,11 +50,11 @@ func benchRedis(b *testing.B, parallel bool) {
 	cfg := benchConfig()
 	cfg.OnStoreError = StoreErrorDeny
 	l, _ := newLimiter(b, cfg, nil, false, onRedis(srv.URL()))
-	hook := &countHook{}
+	hook := &redistest.CountHook{}
 	universal(l).AddHook(hook)
 	mustAllowB(b, l.Admit(bg, "warm", 1))
 	srv.Do("CONFIG", "RESETSTAT")
-	hook.sent.Store(0)
+	hook.Sent.Store(0)
 	var n atomic.Int64
 	if parallel {
 		b.RunParallel(func(pb *testing.PB) {
@@ -69,7 +69,7 @@ func benchRedis(b *testing.B, parallel bool) {
 	}
 	b.StopTimer()
 	calls := commandCalls(b, srv.Addr)
-	b.ReportMetric(float64(hook.sent.Load())/float64(n.Load()), "cmds/op")
+	b.ReportMetric(float64(hook.Sent.Load())/float64(n.Load()), "cmds/op")
 	b.ReportMetric(float64(calls["evalsha"]+calls["eval"])/float64(n.Load()), "scripts/op")
 }
 

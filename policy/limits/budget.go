@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
 // Budgets are money, kept exactly: every amount (a budget, a price, what an
@@ -123,19 +125,6 @@ const (
 	// for (the upstream refuses more than 64k): a usage the upstream
 	// misreports cannot overflow the sums.
 	maxCostTokens = 1_000_000_000
-	// maxSpent bounds what a period records as spent (4,000,000 yuan):
-	// below 2^53 whatever in-flight requests turn out to cost.
-	maxSpent = 4 * maxBudget
-	// leaseSlots and slotMicros: a reservation is filed under the minute
-	// of its admission and lapses once that minute is leaseSlots minutes
-	// old (10 to 11 minutes after the admission), so that a settlement
-	// that never comes (an instance that crashed mid-request, a settlement
-	// lost with Redis) does not hold the budget for the rest of the period.
-	leaseSlots = 11
-	slotMicros = 60_000_000
-	// periodMargin keeps a period's state this long after it ends, for the
-	// settlements of requests admitted before the boundary.
-	periodMargin = time.Hour
 )
 
 func (b Budget) validate() error {
@@ -178,13 +167,7 @@ func loadZone(name string) (*time.Location, error) {
 func cost(tokens int64, price Yuan) int64 {
 	tokens = min(max(tokens, 0), maxCostTokens)
 	micro := int64(price) / nanoPerMicro // micro-yuan per million tokens
-	return ceilDiv(tokens*micro, 1000)
-}
-
-// period is one calendar day or month in the budget's time zone.
-type period struct {
-	name       string    // 2026-11-30 or 2026-11: the key's suffix
-	start, end time.Time // in the budget's time zone
+	return store.CeilDiv(tokens*micro, 1000)
 }
 
 // dayStart is the first instant of a calendar date in loc: midnight, or
@@ -204,15 +187,15 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
 }
 
 // periodOf returns the day or month of loc that holds t.
-func periodOf(t time.Time, per string, loc *time.Location) period {
+func periodOf(t time.Time, per string, loc *time.Location) store.Period {
 	lt := t.In(loc)
 	y, m, d := lt.Date()
-	mk := func(y int, m time.Month, d int) period {
+	mk := func(y int, m time.Month, d int) store.Period {
 		y, m, d = time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Date() // the 32nd is the 1st
 		if per == PerMonth {
-			return period{name: fmt.Sprintf("%04d-%02d", y, m), start: dayStart(y, m, 1, loc), end: dayStart(y, m+1, 1, loc)}
+			return store.Period{Name: fmt.Sprintf("%04d-%02d", y, m), Start: dayStart(y, m, 1, loc), End: dayStart(y, m+1, 1, loc)}
 		}
-		return period{name: fmt.Sprintf("%04d-%02d-%02d", y, m, d), start: dayStart(y, m, d, loc), end: dayStart(y, m, d+1, loc)}
+		return store.Period{Name: fmt.Sprintf("%04d-%02d-%02d", y, m, d), Start: dayStart(y, m, d, loc), End: dayStart(y, m, d+1, loc)}
 	}
 	if per == PerMonth {
 		d = 1
@@ -222,13 +205,13 @@ func periodOf(t time.Time, per string, loc *time.Location) period {
 	// for up to an hour: step to the period that holds t.
 	for range 2 {
 		switch {
-		case t.Before(p.start):
+		case t.Before(p.Start):
 			if per == PerMonth {
 				p = mk(y, m-1, 1)
 			} else {
 				p = mk(y, m, d-1)
 			}
-		case !t.Before(p.end):
+		case !t.Before(p.End):
 			if per == PerMonth {
 				p = mk(y, m+1, 1)
 			} else {
@@ -237,7 +220,7 @@ func periodOf(t time.Time, per string, loc *time.Location) period {
 		default:
 			return p
 		}
-		y, m, d = p.start.In(loc).Date()
+		y, m, d = p.Start.In(loc).Date()
 		if per == PerMonth {
 			d = 1
 		}
@@ -245,14 +228,13 @@ func periodOf(t time.Time, per string, loc *time.Location) period {
 	return p
 }
 
-// periods are the period that holds an instant and its neighbours: the
-// Redis script picks one by the server's clock, so that a gateway whose
-// clock is a little off still charges the period Redis is in.
-type periods [3]period // previous, current, next
+// periods are the period that holds an instant and its neighbours
+// (previous, current, next), as store.BudgetCheck carries them.
+type periods = [3]store.Period
 
 func periodsAround(t time.Time, per string, loc *time.Location) periods {
 	cur := periodOf(t, per, loc)
-	return periods{periodOf(cur.start.Add(-time.Nanosecond), per, loc), cur, periodOf(cur.end, per, loc)}
+	return periods{periodOf(cur.Start.Add(-time.Nanosecond), per, loc), cur, periodOf(cur.End, per, loc)}
 }
 
 // periodCache keeps the periods around the latest instant asked, one per
@@ -267,22 +249,13 @@ func (c *periodCache) around(t time.Time, per string) periods {
 	if per == PerMonth {
 		slot = &c.month
 	}
-	if p := slot.Load(); p != nil && !t.Before(p[1].start) && t.Before(p[1].end) {
+	if p := slot.Load(); p != nil && !t.Before(p[1].Start) && t.Before(p[1].End) {
 		return *p
 	}
 	p := periodsAround(t, per, c.loc)
 	slot.Store(&p)
 	return p
 }
-
-// budgetCheck is the budget part of an admission.
-type budgetCheck struct {
-	limit   int64   // nano-yuan; 0: no budget applies
-	cost    int64   // nano-yuan to reserve; negative: read only, never refuse
-	periods periods // the one in the middle holds the limiter's now
-}
-
-func (b budgetCheck) on() bool { return b.limit > 0 }
 
 // Spend reports an organization's budget after an admission.
 type Spend struct {

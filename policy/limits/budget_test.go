@@ -15,6 +15,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 )
 
 func yp(y Yuan) *Yuan { return &y }
@@ -153,11 +154,11 @@ func TestPeriods(t *testing.T) {
 			}
 			loc := zone(t, tc.zone)
 			p := periodOf(at, tc.per, loc)
-			if p.name != tc.period || p.start.Format(time.RFC3339) != tc.start || p.end.Format(time.RFC3339) != tc.end {
-				t.Fatalf("period %s [%s, %s), want %s [%s, %s)", p.name, p.start.Format(time.RFC3339), p.end.Format(time.RFC3339), tc.period, tc.start, tc.end)
+			if p.Name != tc.period || p.Start.Format(time.RFC3339) != tc.start || p.End.Format(time.RFC3339) != tc.end {
+				t.Fatalf("period %s [%s, %s), want %s [%s, %s)", p.Name, p.Start.Format(time.RFC3339), p.End.Format(time.RFC3339), tc.period, tc.start, tc.end)
 			}
 			ps := periodsAround(at, tc.per, loc)
-			if !ps[0].end.Equal(ps[1].start) || !ps[1].end.Equal(ps[2].start) || ps[0].name >= ps[1].name || ps[1].name >= ps[2].name {
+			if !ps[0].End.Equal(ps[1].Start) || !ps[1].End.Equal(ps[2].Start) || ps[0].Name >= ps[1].Name || ps[1].Name >= ps[2].Name {
 				t.Fatalf("neighbours %+v", ps)
 			}
 		})
@@ -168,17 +169,17 @@ func TestPeriods(t *testing.T) {
 		loc := zone(t, name)
 		for _, per := range BudgetPeriods {
 			prev := periodOf(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), per, loc)
-			for at := prev.end; at.Year() < 2028; {
+			for at := prev.End; at.Year() < 2028; {
 				p := periodOf(at, per, loc)
-				if !p.start.Equal(prev.end) || !p.end.After(p.start) || p.name <= prev.name {
+				if !p.Start.Equal(prev.End) || !p.End.After(p.Start) || p.Name <= prev.Name {
 					t.Fatalf("%s %s: %+v after %+v", name, per, p, prev)
 				}
-				for _, probe := range []time.Time{p.start, p.end.Add(-time.Nanosecond), p.start.Add(p.end.Sub(p.start) / 2)} {
-					if q := periodOf(probe, per, loc); q.name != p.name {
-						t.Fatalf("%s %s: %s is in %s, want %s", name, per, probe, q.name, p.name)
+				for _, probe := range []time.Time{p.Start, p.End.Add(-time.Nanosecond), p.Start.Add(p.End.Sub(p.Start) / 2)} {
+					if q := periodOf(probe, per, loc); q.Name != p.Name {
+						t.Fatalf("%s %s: %s is in %s, want %s", name, per, probe, q.Name, p.Name)
 					}
 				}
-				prev, at = p, p.end
+				prev, at = p, p.End
 			}
 		}
 	}
@@ -301,16 +302,15 @@ func TestRedisBudgetServerClock(t *testing.T) {
 	cfg := budgetConfig(PerDay, "")
 	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
 	gw, server := newFakeClock(), newFakeClock()
-	l, _ := newLimiter(t, cfg, gw, false, onRedis(srv.URL()))
-	redisOf(l).now = server.now
+	l, _ := newLimiter(t, cfg, gw, false, onRedis(srv.URL()), tuned(func(o *redisstore.Options) { o.Clock = server.now }))
 	gw.set(time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC))
 	server.set(gw.now())
 	settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10_000)
 	gw.set(time.Date(2026, 11, 23, 23, 59, 59, 500_000_000, time.UTC))  // still the 23rd here
 	server.set(time.Date(2026, 11, 24, 0, 0, 0, 500_000_000, time.UTC)) // the 24th in Redis
 	d := mustAllow(t, l.Admit(bg, "acme", 1000))
-	if d.Budget.Reset.Format(time.RFC3339) != "2026-11-25T00:00:00Z" || d.spend.period != "2026-11-24" {
-		t.Fatalf("period %s, reset %s; want the 24th", d.spend.period, d.Budget.Reset)
+	if d.Budget.Reset.Format(time.RFC3339) != "2026-11-25T00:00:00Z" || d.spend.Period != "2026-11-24" {
+		t.Fatalf("period %s, reset %s; want the 24th", d.spend.Period, d.Budget.Reset)
 	}
 	settle(l, d, 10_000)
 	if reply := hget(t, srv.Addr, t.Name()+":{acme}:budget:2026-11-24", "s"); reply != "10000000" {
@@ -396,7 +396,7 @@ func TestBudgetOrgOverrides(t *testing.T) {
 		d = mustAllow(t, l.Admit(bg, "free", 100_000_000))
 		h := http.Header{}
 		d.SetHeaders(h)
-		if d.Budget != (Spend{}) || d.spend.period != "" || len(h) != 0 {
+		if d.Budget != (Spend{}) || d.spend.Period != "" || len(h) != 0 {
 			t.Fatalf("an exempt org has a budget: %+v %v", d.Budget, h)
 		}
 		settle(l, d, 100_000_000)
@@ -485,7 +485,7 @@ func TestRedisBudgetTwoInstances(t *testing.T) {
 					t.Errorf("redis failed: %+v", d)
 				}
 				if d.Allowed {
-					period.Store(d.spend.period)
+					period.Store(d.spend.Period)
 					n.Add(1)
 					if settleEach {
 						c.Add(1100)
@@ -495,8 +495,8 @@ func TestRedisBudgetTwoInstances(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		redisOf(a).drain()
-		redisOf(b).drain()
+		drain(a)
+		drain(b)
 		return n.Load(), c.Load()
 	}
 	if n, _ := run("unsettled", false); n != 10 {
@@ -588,7 +588,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 					if d.by != chargedLocal {
 						t.Fatalf("admission %d not in process: %+v", n, d)
 					}
-					settle(l, d, 1000)
+					l.Settle(d, 1000) // in process at once; Redis's share waits in the queue
 				}
 				if n != 10 {
 					t.Fatalf("admitted %d in process, want the whole budget's 10", n)
@@ -611,8 +611,8 @@ func TestRedisBudgetStoreError(t *testing.T) {
 				}
 			}
 			proxy.Pass()
-			eventually(t, func() bool { return !redisOf(l).lost.Load() })
-			redisOf(l).drain()
+			eventually(t, func() bool { return !lost(l) })
+			drain(l)
 			// Redis has what it had, plus, with local, the ten
 			// admissions' cost, spent in process meanwhile: the org
 			// overspent by the outage, and the record says so. The
@@ -695,7 +695,7 @@ func TestRedisSettlementAbandonedAtCloseIsCounted(t *testing.T) {
 		t.Fatalf("admitted without Redis: %+v", d)
 	}
 	proxy.Refuse()
-	for i := 0; !redisOf(l).lost.Load(); i++ {
+	for i := 0; !lost(l); i++ {
 		if i == 100 {
 			t.Fatal("Redis refused 100 admissions and is not counted lost")
 		}

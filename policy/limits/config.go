@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
 // Config is the `limits` block: per-organization token buckets and spend
@@ -57,7 +58,7 @@ type Config struct {
 // locally until it is spent or Interval has passed; the unspent rest goes
 // back to Redis. Across N instances the buckets may admit up to
 // (N-1)*slice + min(slice, rate*Interval) units more than exact admission
-// over any window (see the README).
+// over any window (see docs/limits.md, "Local allowance").
 type LocalAllowance struct {
 	// Share is the part of each bucket's capacity one lease takes, as a
 	// fraction: more than 0, at most 0.5. Default 0.02 (2%). A requests
@@ -165,6 +166,9 @@ type orgLimits struct {
 }
 
 var defaultLimits = orgLimits{rpm: DefaultRequestsPerMinute, tps: DefaultTokensPerSecond, burst: DefaultTokenBurst}
+
+func (l orgLimits) requests() store.Spec { return store.RequestsPerMinute(l.rpm) }
+func (l orgLimits) tokens() store.Spec   { return store.TokensPerSecond(l.tps, l.burst) }
 
 // apply returns base with o's numbers in place of base's.
 func (o Override) apply(base orgLimits) (orgLimits, error) {

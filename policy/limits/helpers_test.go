@@ -10,6 +10,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
+	"github.com/systemone/systemone-gateway/internal/wait"
+	"github.com/systemone/systemone-gateway/policy/limits/memstore"
+	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 )
 
 // fakeClock is a clock the test moves.
@@ -42,11 +45,13 @@ func (c *fakeClock) advance(d time.Duration) {
 
 func i64(v int64) *int64 { return &v }
 
-// shared is what the handler hands a limiter: its Redis client and key
-// prefix.
+// shared is what the test's handler hands a limiter, and how the test
+// tunes its Redis store.
 type shared struct {
-	urls   []string
-	prefix string
+	urls       []string
+	prefix     string
+	redis      redisstore.Options
+	sweepEvery time.Duration
 }
 
 // option sets what the test's handler would hand the limiter.
@@ -59,12 +64,24 @@ func onRedis(urls ...string) option { return func(s *shared) { s.urls = urls } }
 // prefixed names the key namespace.
 func prefixed(prefix string) option { return func(s *shared) { s.prefix = prefix } }
 
+// tuned sets the Redis store's options.
+func tuned(f func(*redisstore.Options)) option { return func(s *shared) { f(&s.redis) } }
+
+// clients are the test Redis clients of the limiters newLimiter built,
+// with their key prefixes.
+var clients sync.Map // *Limiter -> testClient
+
+type testClient struct {
+	redis.UniversalClient
+	prefix string
+}
+
 // newLimiter builds a Limiter on clk (in process, and for Redis's scripts
 // too when pinRedis), in a key namespace of its own unless an option names
-// one.
+// one. Its Redis store's probe backs off from 1ms to 10ms.
 func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ...option) (*Limiter, *observer.ObservedLogs) {
 	t.Helper()
-	sh := shared{prefix: t.Name() + ":"}
+	sh := shared{prefix: t.Name() + ":", redis: redisstore.Options{ProbeMin: time.Millisecond, ProbeMax: 10 * time.Millisecond}}
 	for _, o := range opts {
 		o(&sh)
 	}
@@ -76,17 +93,25 @@ func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ..
 		}
 	}
 	core, logs := observer.New(zap.DebugLevel)
+	sh.redis.Logger = zap.New(core)
+	if clk != nil && pinRedis {
+		sh.redis.Clock = clk.now
+	}
 	var client RedisClient
 	if rdb != nil {
 		client = rdb
 	}
-	l, err := New(cfg, client, sh.prefix, zap.New(core))
+	l, err := build(cfg, client, sh.prefix, sh.redis, sh.sweepEvery)
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	if rdb != nil {
+		clients.Store(l, testClient{rdb, sh.prefix})
 	}
 	t.Cleanup(func() {
 		_ = l.Close()
 		if rdb != nil {
+			clients.Delete(l)
 			_ = rdb.Close()
 		}
 		if t.Failed() {
@@ -97,12 +122,6 @@ func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ..
 	})
 	if clk != nil {
 		l.now = clk.now
-		if pinRedis && l.shared != nil {
-			redisOf(l).now = clk.now
-		}
-	}
-	if l.shared != nil {
-		redisOf(l).probeMin, redisOf(l).probeMax = time.Millisecond, 10*time.Millisecond
 	}
 	return l, logs
 }
@@ -110,31 +129,51 @@ func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ..
 // ownProcess gives l in-process buckets of its own, as if it ran in another
 // gateway process: only Redis connects it to the other limiters.
 func ownProcess(t testing.TB, l *Limiter) *Limiter {
-	s := newLocalStore()
-	l.local = localRef{s, func() error { return nil }} // the cleanup stops it
-	t.Cleanup(func() { _ = s.Destruct() })
+	_ = l.local.Close() // the shared one's use
+	s := memstore.New()
+	l.local = s
+	t.Cleanup(func() { _ = s.Close() })
 	return l
 }
 
-// redisOf is l's Redis store, nil without Redis.
-func redisOf(l *Limiter) *redisStore {
-	switch s := l.shared.(type) {
-	case *redisStore:
-		return s
-	case *leases:
-		return s.s
+// universal is the test's Redis client of l, for hooks and reads.
+func universal(l *Limiter) redis.UniversalClient {
+	c, _ := clients.Load(l)
+	return c.(testClient).UniversalClient
+}
+
+// prefixOf is the key prefix of l, a limiter on Redis.
+func prefixOf(l *Limiter) string {
+	c, _ := clients.Load(l)
+	return c.(testClient).prefix
+}
+
+// lost reports whether l counts its Redis as lost.
+func lost(l *Limiter) bool {
+	up, _ := l.RedisUp()
+	return !up
+}
+
+// drain waits until Redis has answered every settlement and hold l has
+// queued (none pending), at most 10s.
+func drain(l *Limiter) {
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().Pending != 0 {
+		if time.Now().After(deadline) {
+			panic("settlements still pending after 10s")
+		}
+		time.Sleep(500 * time.Microsecond)
 	}
-	return nil
 }
 
 // leasesOf is l's leases (local_allowance), nil without them.
-func leasesOf(l *Limiter) *leases {
-	ls, _ := l.shared.(*leases)
+func leasesOf(l *Limiter) *redisstore.Leases {
+	ls, _ := l.shared.(*redisstore.Leases)
 	return ls
 }
 
-// localOf is l's in-process store.
-func localOf(l *Limiter) *localStore { return l.local.(localRef).localStore }
-
-// universal is the test's view of the limiter's Redis client, for hooks.
-func universal(l *Limiter) redis.UniversalClient { return redisOf(l).client.(redis.UniversalClient) }
+// eventually waits until cond holds.
+func eventually(t testing.TB, cond func() bool) {
+	t.Helper()
+	wait.Until(t, "the condition", cond)
+}

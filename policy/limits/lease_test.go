@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
 func pct(f float64) *float64 { return &f }
@@ -27,42 +28,40 @@ func newLeaser(t *testing.T, cfg Config, share float64, interval time.Duration, 
 	if cfg.OnStoreError == "" {
 		cfg.OnStoreError = StoreErrorDeny
 	}
-	l, _ := newLimiter(t, cfg, clk, true, opts...)
-	leasesOf(l).sweepEvery.Store(int64(time.Hour))
+	l, _ := newLimiter(t, cfg, clk, true, append(opts, func(s *shared) { s.sweepEvery = time.Hour })...)
 	return l
 }
 
 // sweepAt gives back the leases expired at clk's time and waits until
 // Redis has them.
 func sweepAt(l *Limiter, clk *fakeClock) {
-	leasesOf(l).sweep(micros(clk.now()))
-	redisOf(l).drain()
+	leasesOf(l).Sweep(clk.now())
+	drain(l)
 }
 
 // levels reads org's two buckets from Redis, in units, refilled to clk's
 // time as the scripts would.
 func levels(t *testing.T, l *Limiter, org string, clk *fakeClock) (req, tok int64) {
 	t.Helper()
-	bucket, _ := redisOf(l).keys(org)
-	v, err := universal(l).HMGet(bg, bucket, "r", "ra", "t", "ta").Result()
+	v, err := universal(l).HMGet(bg, prefixOf(l)+"{"+org+"}:b", "r", "ra", "t", "ta").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(i int) stored {
+	at := func(i int) store.Stored {
 		if v[i] == nil {
-			return stored{}
+			return store.Stored{}
 		}
 		level, _ := strconv.ParseInt(v[i].(string), 10, 64)
 		when, _ := strconv.ParseInt(v[i+1].(string), 10, 64)
-		return stored{level: level, at: when, known: true}
+		return store.Stored{Level: level, At: when, Known: true}
 	}
 	lim := l.limitsFor(org)
 	now := clk.now().UnixMicro()
 	if lim.rpm > 0 {
-		req = refill(lim.requests(), at(0), now)
+		req = store.Refill(lim.requests(), at(0), now)
 	}
 	if lim.tps > 0 {
-		tok = refill(lim.tokens(), at(2), now)
+		tok = store.Refill(lim.tokens(), at(2), now)
 	}
 	return req, tok
 }
@@ -77,7 +76,7 @@ func TestLeaseSpendsLocally(t *testing.T) {
 	l := newLeaser(t, cfg, 0.1, time.Second, clk, onRedis(srv.URL()))
 	mustAllow(t, l.Admit(bg, "warm", 1))     // connects and loads the lease script
 	mustAllow(t, l.Admit(bg, "budgeted", 1)) // and the admission script
-	hook := &countHook{}
+	hook := &redistest.CountHook{}
 	universal(l).AddHook(hook)
 	for i := range 30 {
 		d := mustAllow(t, l.Admit(bg, "acme", 100))
@@ -85,16 +84,16 @@ func TestLeaseSpendsLocally(t *testing.T) {
 			t.Fatalf("admission %d: %+v %+v", i, d.Requests, d.Tokens)
 		}
 	}
-	if n := hook.scripts.Load(); n != 1 {
+	if n := hook.Scripts.Load(); n != 1 {
 		t.Fatalf("%d scripts for 30 admissions from a lease of 30 requests", n)
 	}
 	// Redis has lent 30 requests and 6400 tokens.
-	if r, tk := levels(t, l, "acme", clk); r != 270*unit || tk != (64000-6400)*unit {
-		t.Fatalf("Redis holds %d requests, %d tokens", r/unit, tk/unit)
+	if r, tk := levels(t, l, "acme", clk); r != 270*store.Unit || tk != (64000-6400)*store.Unit {
+		t.Fatalf("Redis holds %d requests, %d tokens", r/store.Unit, tk/store.Unit)
 	}
 	// The 31st takes a new lease, giving the old one's rest back.
 	mustAllow(t, l.Admit(bg, "acme", 100))
-	if n := hook.scripts.Load(); n != 2 {
+	if n := hook.Scripts.Load(); n != 2 {
 		t.Fatalf("%d scripts after the lease was spent, want 2", n)
 	}
 	if l.Stats().LeasesTaken != 3 {
@@ -103,7 +102,7 @@ func TestLeaseSpendsLocally(t *testing.T) {
 	for range 3 {
 		mustAllow(t, l.Admit(bg, "budgeted", 1))
 	}
-	if n := hook.scripts.Load(); n != 5 {
+	if n := hook.Scripts.Load(); n != 5 {
 		t.Fatalf("%d scripts: an org with a budget must be admitted exactly", n-2)
 	}
 }
@@ -123,7 +122,7 @@ func TestLeaseGivesBackExactly(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	// Drain the buckets first, so that nothing below fills a bucket
 	// (where a lease held outside and Redis refilling would part ways;
-	// that is the overshoot the README bounds, not a give-back).
+	// that is the overshoot docs/limits.md bounds, not a give-back).
 	both := func(f func(l *Limiter) Decision) {
 		dl, de := f(lease), f(exact)
 		if dl.Allowed != de.Allowed {
@@ -163,23 +162,23 @@ func TestLeaseGivesBackExactly(t *testing.T) {
 	}
 	clk.advance(time.Second)
 	sweepAt(lease, clk)
-	redisOf(exact).drain()
+	drain(exact)
 	lr, lt := levels(t, lease, "acme", clk)
 	er, et := levels(t, exact, "acme", clk)
 	if lr != er || lt != et {
 		t.Fatalf("after the give-back: leasing limiter's buckets %d requests %d tokens (units), exact %d %d", lr, lt, er, et)
 	}
-	if lr == 600*unit || lt == 64000*unit {
+	if lr == 600*store.Unit || lt == 64000*store.Unit {
 		t.Fatal("a bucket is full: the test proves nothing")
 	}
-	if n := leasesOf(lease).size.Load(); n != 1 {
+	if n := leasesOf(lease).Len(); n != 1 {
 		t.Fatalf("%d entries after the give-back, want the returning one", n)
 	}
 	sweepAt(lease, clk)
-	if n := leasesOf(lease).size.Load(); n != 0 {
+	if n := leasesOf(lease).Len(); n != 0 {
 		t.Fatalf("%d entries after the next sweep, want none", n)
 	}
-	t.Logf("leases taken %d for %d steps", leasesOf(lease).taken.Load(), 400)
+	t.Logf("leases taken %d for %d steps", lease.Stats().LeasesTaken, 400)
 }
 
 // TestLeaseOneCallPerOrg: concurrent admissions of one organization wait
@@ -189,7 +188,7 @@ func TestLeaseOneCallPerOrg(t *testing.T) {
 	clk := newFakeClock()
 	l := newLeaser(t, Config{RequestsPerMinute: i64(6000)}, 0.1, time.Second, clk, onRedis(srv.URL()))
 	mustAllow(t, l.Admit(bg, "warm", 1)) // connects and loads the script
-	hook := &countHook{}
+	hook := &redistest.CountHook{}
 	universal(l).AddHook(hook)
 	const n = 64
 	var wg sync.WaitGroup
@@ -202,8 +201,8 @@ func TestLeaseOneCallPerOrg(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if admitted.Load() != n || hook.scripts.Load() != 1 {
-		t.Fatalf("%d admitted with %d scripts, want %d with one lease", admitted.Load(), hook.scripts.Load(), n)
+	if admitted.Load() != n || hook.Scripts.Load() != 1 {
+		t.Fatalf("%d admitted with %d scripts, want %d with one lease", admitted.Load(), hook.Scripts.Load(), n)
 	}
 
 	// When that one call is refused, those waiting for it share its
@@ -213,7 +212,7 @@ func TestLeaseOneCallPerOrg(t *testing.T) {
 		mustAllow(t, l2.Admit(bg, "acme", 0))
 	}
 	universal(l2).AddHook(hook)
-	hook.scripts.Store(0)
+	hook.Scripts.Store(0)
 	var refused atomic.Int64
 	for range n {
 		wg.Go(func() {
@@ -227,7 +226,7 @@ func TestLeaseOneCallPerOrg(t *testing.T) {
 	if refused.Load() != n {
 		t.Fatalf("%d of %d refused", refused.Load(), n)
 	}
-	t.Logf("%d refusals from %d lease calls", n, hook.scripts.Load())
+	t.Logf("%d refusals from %d lease calls", n, hook.Scripts.Load())
 }
 
 // TestLeaseStoreError: a lease keeps paying while Redis is away; the
@@ -262,11 +261,11 @@ func TestLeaseStoreError(t *testing.T) {
 					}
 				}
 			}
-			if !redisOf(l).lost.Load() {
+			if !lost(l) {
 				t.Fatal("Redis not marked lost")
 			}
 			srv.Restart()
-			eventually(t, func() bool { return !redisOf(l).lost.Load() })
+			eventually(t, func() bool { return !lost(l) })
 			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.by == chargedLocal {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
@@ -304,7 +303,7 @@ func TestLeaseHoldReachesOtherInstances(t *testing.T) {
 // exactly what the usage says.
 func TestLeaseSettlementsRace(t *testing.T) {
 	srv := redistest.Start(t)
-	clk := newFakeClock() // never moves: no refill, every unit is accounted for
+	clk := newFakeClock() // never moves: no refill, every store.Unit is accounted for
 	cfg := Config{RequestsPerMinute: i64(maxLimit), TokensPerSecond: i64(1), TokenBurst: i64(maxLimit)}
 	a := newLeaser(t, cfg, 0.001, time.Second, clk, onRedis(srv.URL()), prefixed("race:"))
 	b := ownProcess(t, newLeaser(t, cfg, 0.001, time.Second, clk, onRedis(srv.URL()), prefixed("race:")))
@@ -345,16 +344,16 @@ func TestLeaseSettlementsRace(t *testing.T) {
 	var r, tk int64
 	for i := range 3 {
 		ri, ti := levels(t, a, fmt.Sprint("org", i), clk)
-		r, tk = r+maxLimit*unit-ri, tk+maxLimit*unit-ti
+		r, tk = r+maxLimit*store.Unit-ri, tk+maxLimit*store.Unit-ti
 	}
-	if r != requests.Load()*unit || tk != tokens.Load()*unit {
+	if r != requests.Load()*store.Unit || tk != tokens.Load()*store.Unit {
 		t.Fatalf("the buckets lost %d requests and %d tokens (units), usage says %d and %d",
-			r, tk, requests.Load()*unit, tokens.Load()*unit)
+			r, tk, requests.Load()*store.Unit, tokens.Load()*store.Unit)
 	}
-	t.Logf("%d leases taken", leasesOf(a).taken.Load()+leasesOf(b).taken.Load())
+	t.Logf("%d leases taken", a.Stats().LeasesTaken+b.Stats().LeasesTaken)
 }
 
-// overshootBound is the README's bound, in units: what N instances leasing
+// overshootBound is the bound of docs/limits.md (local allowance), in units: what N instances leasing
 // slices of s units for interval T from a bucket refilled at rate units/µs
 // may admit over any window beyond what exact admission may.
 func overshootBound(n int, s, rate int64, interval time.Duration) int64 {
@@ -364,7 +363,7 @@ func overshootBound(n int, s, rate int64, interval time.Duration) int64 {
 // TestLeaseWorstCase drives N instances (limiters with in-process state
 // of their own, sharing one Redis and one clock) through the sequence that
 // makes leases admit the most beyond exact admission, and the same sequence
-// through exact limiters: the difference reaches the README's bound,
+// through exact limiters: the difference reaches that bound,
 // (N-1)*s + min(s, r*T), to within the one token the last microsecond of
 // refill makes, and never exceeds it.
 //
@@ -418,7 +417,7 @@ func TestLeaseWorstCase(t *testing.T) {
 			}
 			exact, leased := run(false), run(true)
 			over := leased - exact
-			bound := overshootBound(tc.n, slice*unit, tc.tps*60, interval) / unit
+			bound := overshootBound(tc.n, slice*store.Unit, tc.tps*60, interval) / store.Unit
 			t.Logf("N=%d s=%d r*T=%d: exact admitted %d tokens, leasing %d: %d more; bound (N-1)*s+min(s,r*T) = %d; N*min(s,r*T) = %d",
 				tc.n, slice, tc.tps, exact, leased, over, bound, int64(tc.n)*min(slice, tc.tps))
 			if exact != burst {
@@ -439,7 +438,7 @@ func TestLeaseNeverExceedsTheBound(t *testing.T) {
 	srv := redistest.Start(t)
 	const n, burst, tps, share, interval = 3, 1000, 20, 0.1, time.Second
 	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(tps), TokenBurst: i64(burst)}
-	bound := overshootBound(n, int64(share*burst)*unit, tps*60, interval)
+	bound := overshootBound(n, int64(share*burst)*store.Unit, tps*60, interval)
 	var worstOfAll int64
 	for seed := range uint64(4) {
 		clk := newFakeClock()
@@ -485,13 +484,13 @@ func TestLeaseNeverExceedsTheBound(t *testing.T) {
 			var sum int64
 			for j := i; j < len(times); j++ {
 				sum += admitted[j]
-				slack := sum*unit - burst*unit - tps*60*(times[j]-times[i])
+				slack := sum*store.Unit - burst*store.Unit - tps*60*(times[j]-times[i])
 				worst = max(worst, slack)
 			}
 		}
-		t.Logf("seed %d: the worst window admitted %.1f tokens beyond capacity plus refill; bound %d", seed, float64(worst)/unit, bound/unit)
+		t.Logf("seed %d: the worst window admitted %.1f tokens beyond capacity plus refill; bound %d", seed, float64(worst)/store.Unit, bound/store.Unit)
 		if worst > bound {
-			t.Fatalf("a window admitted %.1f tokens beyond capacity plus refill, bound %d", float64(worst)/unit, bound/unit)
+			t.Fatalf("a window admitted %.1f tokens beyond capacity plus refill, bound %d", float64(worst)/store.Unit, bound/store.Unit)
 		}
 		worstOfAll = max(worstOfAll, worst)
 	}
@@ -538,13 +537,13 @@ func TestLeaseSweeperRuns(t *testing.T) {
 	cfg := Config{LocalAllowance: &LocalAllowance{Share: pct(0.1), Interval: caddy.Duration(10 * time.Millisecond)}, StoreTimeout: slow}
 	l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
 	mustAllow(t, l.Admit(bg, "acme", 100))
-	if r, _ := levels(t, l, "acme", clk); r != 270*unit {
-		t.Fatalf("requests in Redis %d", r/unit)
+	if r, _ := levels(t, l, "acme", clk); r != 270*store.Unit {
+		t.Fatalf("requests in Redis %d", r/store.Unit)
 	}
 	clk.advance(10 * time.Millisecond)
 	eventually(t, func() bool {
 		r, tk := levels(t, l, "acme", clk)
-		return r >= 299*unit && tk >= 63900*unit && leasesOf(l).size.Load() == 0
+		return r >= 299*store.Unit && tk >= 63900*store.Unit && leasesOf(l).Len() == 0
 	})
 }
 
@@ -563,7 +562,7 @@ func TestLeaseRefundStaysWithinTheSlice(t *testing.T) {
 
 	d := mustAllow(t, l.Admit(bg, "acme", burst))
 	l.Settle(d, 0) // a refund of the whole bucket
-	redisOf(l).drain()
+	drain(l)
 	clk.advance(999 * time.Millisecond)
 	admitted := int64(0)
 	for l.Admit(bg, "acme", 1).Allowed {

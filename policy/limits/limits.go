@@ -13,16 +13,18 @@
 // until its retry-after has passed (Hold).
 //
 // The Limiter knows organizations, their limits, budget periods and money;
-// the state lives in a store (store.go): in process (local.go), the
-// default, which survives config reloads; or Redis (redis.go, batch.go,
-// script.go), shared by every gateway instance, one script call per
+// the state lives behind one interface, store.Store (package store, with
+// the bucket arithmetic every store shares): in process (package memstore),
+// the default, which survives config reloads; or in Redis (package
+// redisstore), shared by every gateway instance, one script call per
 // admission on the Redis server's clock; or, with local_allowance, the
-// leases (lease.go), a store wrapping Redis's that spends slices of an
-// organization's buckets in process, one call per lease. When Redis fails,
-// on_store_error decides; see Limiter.Admit.
+// leases (redisstore.Leases), a store wrapping Redis's that spends slices
+// of an organization's buckets in process, one call per lease. When Redis
+// fails, on_store_error decides; see Limiter.Admit.
 package limits
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -30,23 +32,14 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/redis/go-redis/v9"
+	"github.com/systemone/systemone-gateway/policy/limits/memstore"
+	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 	"go.uber.org/zap"
 )
 
 // maxHold bounds a hold, whatever retry-after the upstream sent.
 const maxHold = time.Hour
-
-// epoch anchors the in-process clock: times are microseconds since the Unix
-// epoch as of process start plus the time since then on the monotonic
-// clock, so wall-clock steps never refill or drain a bucket. (Counting from
-// the Unix epoch keeps a test's clock set to a past date positive.)
-var (
-	epoch       = time.Now()
-	epochMicros = epoch.UnixMicro()
-)
-
-func micros(t time.Time) int64 { return epochMicros + t.Sub(epoch).Microseconds() }
 
 // Limiter enforces the limits of one config. It is safe for concurrent use.
 type Limiter struct {
@@ -61,24 +54,19 @@ type Limiter struct {
 	// local is the in-process store: every organization's without Redis;
 	// with Redis, the holds this instance knows of and, with
 	// on_store_error local, the fallback.
-	local store
+	local store.Store
 	// shared is Redis (with local_allowance, behind its leases), nil
 	// without it.
-	shared store
+	shared store.Store
 	over   *overLimit // orgs refused by their requests bucket, until it refills
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// RedisClient is the part of a go-redis client the limiter uses: scripts,
-// and a ping to see a lost server come back. The handler's *redis.Client or
-// *redis.ClusterClient is one; with a cluster, scripts go to the master that
-// owns the organization's slot (see redispool.ForKey).
-type RedisClient interface {
-	redis.Scripter
-	Ping(ctx context.Context) *redis.StatusCmd
-}
+// RedisClient is the part of a go-redis client the limiter uses (see
+// redisstore.Client): the handler's *redis.Client or *redis.ClusterClient.
+type RedisClient = redisstore.Client
 
 // New validates cfg, applies its defaults, resolves placeholders in the
 // organization ids and returns a Limiter. rdb is the gateway's Redis client
@@ -87,11 +75,17 @@ type RedisClient interface {
 // share buckets (across reloads too). A nil logger logs nothing. Call Close
 // when the config is retired.
 func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limiter, error) {
+	return build(cfg, rdb, prefix, redisstore.Options{Logger: logger}, 0)
+}
+
+// build is New with the Redis store's settings (o, whose Timeout comes
+// from cfg) and the leases' sweep period (0: the default).
+func build(cfg Config, rdb RedisClient, prefix string, o redisstore.Options, sweepEvery time.Duration) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = zap.NewNop()
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
 	}
 	repl := caddy.NewReplacer()
 	defaults, _ := cfg.defaults().apply(defaultLimits)
@@ -114,20 +108,19 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 	if l.mode == "" {
 		l.mode = StoreErrorLocal
 	}
-	timeout := time.Duration(cfg.StoreTimeout)
-	if timeout == 0 {
-		timeout = DefaultStoreTimeout
-	}
-	l.local = acquireLocal(prefix)
+	o.Timeout = cmp.Or(time.Duration(cfg.StoreTimeout), DefaultStoreTimeout)
+	l.local = memstore.Acquire(prefix)
 	if rdb != nil {
-		rs := newRedisStore(rdb, prefix, timeout, logger)
+		rs := redisstore.New(rdb, prefix, o)
 		l.shared = rs
-		if cfg.LocalAllowance != nil {
-			l.shared = newLeases(rs, *cfg.LocalAllowance, func() time.Time { return l.now() }, l.limitsFor)
+		if a := cfg.LocalAllowance; a != nil {
+			share, interval := a.settings()
+			l.shared = redisstore.NewLeases(rs, redisstore.LeaseOptions{Share: share, Interval: interval,
+				Now: func() time.Time { return l.now() }, Specs: l.specsFor, SweepEvery: sweepEvery})
 		}
 	} else if cfg.LocalAllowance != nil {
 		// In process every admission is local already.
-		logger.Warn("local_allowance has no effect without redis")
+		o.Logger.Warn("local_allowance has no effect without redis")
 	}
 	return l, nil
 }
@@ -139,9 +132,9 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Limit
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		if l.shared != nil {
-			_ = l.shared.close()
+			_ = l.shared.Close()
 		}
-		l.closeErr = l.local.close()
+		l.closeErr = l.local.Close()
 	})
 	return l.closeErr
 }
@@ -184,8 +177,8 @@ type Decision struct {
 	// by names the store that charged, for Settle: the Decision holds no
 	// store of its own, only the Limiter that admitted it does.
 	by    chargedBy
-	price Yuan        // of the admission's config: Settle charges at it
-	spend spendSettle // the reservation to settle (period "" for none)
+	price Yuan              // of the admission's config: Settle charges at it
+	spend store.SpendSettle // the reservation to settle (Period "" for none)
 	// leaseSeq, when not 0, is the lease of org that paid the tokens
 	// (local_allowance): Settle corrects against it first, if it is still
 	// the organization's lease.
@@ -213,15 +206,6 @@ func (d Decision) Price() Yuan {
 // Cost is what tokens input tokens cost at the admission's Price, rounded
 // up to a whole nano-yuan.
 func (d Decision) Cost(tokens int64) Yuan { return Yuan(cost(tokens, d.Price())) }
-
-// spendSettle is what Settle does to a budget period: charge, and release
-// a reservation filed under a minute.
-type spendSettle struct {
-	period          string
-	end             int64 // the period's end, unix µs
-	slot            int64
-	charge, release int64 // nano-yuan
-}
 
 // Quota reports one bucket after an admission.
 type Quota struct {
@@ -284,21 +268,21 @@ const (
 // sees Redis again.
 func (l *Limiter) Admit(ctx context.Context, org string, estimatedTokens int64) Decision {
 	lim := l.limitsFor(org)
-	c := check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1, hold: true}
-	if c.tok.on() {
-		c.tokCost = min(max(estimatedTokens, 0), lim.burst) * unit
+	c := store.Check{Req: lim.requests(), Tok: lim.tokens(), ReqCost: store.Unit, TokCost: -1, Hold: true}
+	if c.Tok.On() {
+		c.TokCost = min(max(estimatedTokens, 0), lim.burst) * store.Unit
 	}
-	c.budget = l.budgetCheck(lim, cost(estimatedTokens, l.price))
+	c.Budget = l.budgetCheck(lim, cost(estimatedTokens, l.price))
 	return l.admit(ctx, org, lim, c)
 }
 
 // budgetCheck is the budget part of an admission that reserves amount
 // (negative: one that only reads the budget).
-func (l *Limiter) budgetCheck(lim orgLimits, amount int64) budgetCheck {
+func (l *Limiter) budgetCheck(lim orgLimits, amount int64) store.BudgetCheck {
 	if lim.budget == 0 {
-		return budgetCheck{}
+		return store.BudgetCheck{}
 	}
-	return budgetCheck{limit: int64(lim.budget), cost: amount, periods: l.periods.around(l.now(), lim.per)}
+	return store.BudgetCheck{Limit: int64(lim.budget), Cost: amount, Periods: l.periods.around(l.now(), lim.per)}
 }
 
 // AdmitRequest counts one request of org against the requests bucket
@@ -310,8 +294,8 @@ func (l *Limiter) budgetCheck(lim orgLimits, amount int64) budgetCheck {
 // holds apply to forwarded evaluations only.
 func (l *Limiter) AdmitRequest(ctx context.Context, org string) Decision {
 	lim := l.limitsFor(org)
-	return l.admit(ctx, org, lim, check{req: lim.requests(), tok: lim.tokens(), reqCost: unit, tokCost: -1, reportTok: true,
-		budget: l.budgetCheck(lim, -1)})
+	return l.admit(ctx, org, lim, store.Check{Req: lim.requests(), Tok: lim.tokens(), ReqCost: store.Unit, TokCost: -1, ReportTok: true,
+		Budget: l.budgetCheck(lim, -1)})
 }
 
 // KnownOver reports whether this instance already knows org to be over its
@@ -326,39 +310,39 @@ func (l *Limiter) KnownOver(org string) (Decision, bool) {
 	if over && d.Budget.Limit > 0 && !now.Before(d.Budget.Reset) {
 		// The refusal was noted in a period that has ended since.
 		p := l.periods.around(now, d.Budget.Per)[1]
-		d.Budget = Spend{Limit: d.Budget.Limit, Per: d.Budget.Per, Reset: p.end, Spent: -1, Reserved: -1}
+		d.Budget = Spend{Limit: d.Budget.Limit, Per: d.Budget.Per, Reset: p.End, Spent: -1, Reserved: -1}
 	}
 	return d, over
 }
 
-func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check) Decision {
+func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c store.Check) Decision {
 	t := l.now()
 	if l.shared == nil {
-		o, _ := l.local.admit(ctx, org, c, 0, t) // in process it cannot fail
+		o, _ := l.local.Admit(ctx, org, c, 0, t) // in process it cannot fail
 		return l.decide(org, lim, c, o, chargedLocal)
 	}
 	// Holds are also kept in process, so that this instance honours one at
 	// once, before Redis has it, and while Redis is away.
 	var held int64
-	if c.hold {
-		held = l.local.holdWait(org, t)
+	if c.Hold {
+		held = l.local.HoldWait(org, t)
 	}
-	if o, err := l.shared.admit(ctx, org, c, held, t); err == nil {
+	if o, err := l.shared.Admit(ctx, org, c, held, t); err == nil {
 		return l.decide(org, lim, c, o, chargedShared)
 	}
 	if l.mode == StoreErrorLocal {
-		o, _ := l.local.admit(ctx, org, c, held, t)
+		o, _ := l.local.Admit(ctx, org, c, held, t)
 		return l.decide(org, lim, c, o, chargedLocal)
 	}
 	var d Decision
 	switch {
 	case held > 0:
-		d = l.decide(org, lim, c, outcome{holdWait: held, period: 1}, chargedNone)
+		d = l.decide(org, lim, c, store.Outcome{HoldWait: held, Period: 1}, chargedNone)
 	case l.mode == StoreErrorAllow:
-		d = l.decide(org, lim, c, outcome{allowed: true, period: 1}, chargedNone)
-		d.Charged, d.spend = 0, spendSettle{} // nothing to settle
+		d = l.decide(org, lim, c, store.Outcome{Allowed: true, Period: 1}, chargedNone)
+		d.Charged, d.spend = 0, store.SpendSettle{} // nothing to settle
 	default:
-		d = l.decide(org, lim, c, outcome{period: 1}, chargedNone)
+		d = l.decide(org, lim, c, store.Outcome{Period: 1}, chargedNone)
 		d.Unavailable, d.RetryAfter, d.Message, d.Bucket = true, time.Second, "", ""
 	}
 	if d.Requests.Limit > 0 {
@@ -374,49 +358,49 @@ func (l *Limiter) admit(ctx context.Context, org string, lim orgLimits, c check)
 }
 
 // decide turns a store's outcome into a Decision.
-func (l *Limiter) decide(org string, lim orgLimits, c check, o outcome, by chargedBy) Decision {
-	d := Decision{Allowed: o.allowed, org: org, by: by, price: l.price, leaseSeq: o.lease}
-	if c.budget.on() {
-		p := c.budget.periods[o.period]
-		d.Budget = Spend{Limit: Yuan(c.budget.limit), Per: lim.per, Reset: p.end, Spent: Yuan(o.spent), Reserved: Yuan(o.reserved)}
-		if o.allowed && c.budget.cost >= 0 {
-			d.Budget.Own = Yuan(c.budget.cost)
-			d.spend = spendSettle{period: p.name, end: p.end.UnixMicro(), slot: o.slot, release: c.budget.cost}
+func (l *Limiter) decide(org string, lim orgLimits, c store.Check, o store.Outcome, by chargedBy) Decision {
+	d := Decision{Allowed: o.Allowed, org: org, by: by, price: l.price, leaseSeq: o.Lease}
+	if c.Budget.On() {
+		p := c.Budget.Periods[o.Period]
+		d.Budget = Spend{Limit: Yuan(c.Budget.Limit), Per: lim.per, Reset: p.End, Spent: Yuan(o.Spent), Reserved: Yuan(o.Reserved)}
+		if o.Allowed && c.Budget.Cost >= 0 {
+			d.Budget.Own = Yuan(c.Budget.Cost)
+			d.spend = store.SpendSettle{Period: p.Name, End: p.End.UnixMicro(), Slot: o.Slot, Release: c.Budget.Cost}
 		}
 	}
-	if c.req.on() {
-		d.Requests = Quota{Limit: lim.rpm, Remaining: max(o.req/unit, 0)}
+	if c.Req.On() {
+		d.Requests = Quota{Limit: lim.rpm, Remaining: max(o.Req/store.Unit, 0)}
 	}
-	if c.usesTok() || (c.reportTok && c.tok.on()) {
-		d.Tokens = Quota{Limit: lim.burst, Remaining: max(o.tok/unit, 0)}
+	if c.UsesTok() || (c.ReportTok && c.Tok.On()) {
+		d.Tokens = Quota{Limit: lim.burst, Remaining: max(o.Tok/store.Unit, 0)}
 	}
-	if o.allowed {
-		if c.usesTok() {
-			d.Charged = c.tokCost / unit
+	if o.Allowed {
+		if c.UsesTok() {
+			d.Charged = c.TokCost / store.Unit
 		}
 		return d
 	}
-	if o.reqWait > 0 {
+	if o.ReqWait > 0 {
 		// Until the requests bucket refills one request, every admission
 		// of this org is refused, on every instance: remember it.
 		over := Decision{Bucket: BucketRequests, Message: requestsMessage(lim, org), Requests: Quota{Limit: lim.rpm}, Tokens: d.Tokens, Budget: d.Budget}
 		now := l.now()
-		l.over.note(org, now, now.Add(time.Duration(o.reqWait)*time.Microsecond), over)
+		l.over.note(org, now, now.Add(time.Duration(o.ReqWait)*time.Microsecond), over)
 	}
-	if o.budgetRefused && o.reqWait == 0 {
+	if o.BudgetRefused && o.ReqWait == 0 {
 		d.Bucket = BucketBudget
 		d.Message = budgetMessage(lim, org, d.Budget.Reset)
 		d.RetryAfter = max((d.Budget.Reset.Sub(l.now())+time.Second-1)/time.Second*time.Second, time.Second)
 		return d
 	}
-	wait := max(o.reqWait, o.tokWait, o.holdWait)
+	wait := max(o.ReqWait, o.TokWait, o.HoldWait)
 	secs := max((wait+999_999)/1_000_000, 1)
 	d.RetryAfter = time.Duration(secs) * time.Second
 	switch {
-	case o.holdWait > 0:
+	case o.HoldWait > 0:
 		d.Bucket = BucketHold
 		d.Message = "Rate limit exceeded: the upstream limited organization " + org + "; retry after " + strconv.FormatInt(secs, 10) + "s"
-	case o.reqWait >= o.tokWait:
+	case o.ReqWait >= o.TokWait:
 		d.Bucket = BucketRequests
 		d.Message = requestsMessage(lim, org)
 	default:
@@ -459,13 +443,13 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 	lim := l.limitsFor(d.org)
 	var delta int64
 	if lim.tps > 0 {
-		delta = clampTokens(max(actualTokens, 0)-d.Charged, lim)
+		delta = lim.tokens().Clamp(max(actualTokens, 0) - d.Charged)
 	}
-	var sp *spendSettle
-	if d.spend.period != "" {
+	var sp *store.SpendSettle
+	if d.spend.Period != "" {
 		s := d.spend
-		s.charge = cost(actualTokens, d.price)
-		if s.charge > 0 || s.release > 0 {
+		s.Charge = cost(actualTokens, d.price)
+		if s.Charge > 0 || s.Release > 0 {
 			sp = &s
 		}
 	}
@@ -473,21 +457,21 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 		return
 	}
 	t := l.now()
-	st := settlement{lim: lim, delta: delta, spend: sp, lease: d.leaseSeq}
+	st := store.Settlement{Req: lim.requests(), Tok: lim.tokens(), Delta: delta, Spend: sp, Lease: d.leaseSeq}
 	if d.by == chargedShared {
-		l.shared.settle(d.org, st, t)
+		l.shared.Settle(d.org, st, t)
 		return
 	}
-	l.local.settle(d.org, st, t)
-	if l.shared != nil && sp != nil && sp.charge > 0 {
+	l.local.Settle(d.org, st, t)
+	if l.shared != nil && sp != nil && sp.Charge > 0 {
 		// Admitted in process because Redis failed (on_store_error
 		// local): the money is owed to Redis's total for the period
 		// too, or the fleet's record would stay short by the outage's
 		// spend. It is queued like any settlement and sent once Redis
 		// is back; the reservation was in process only.
 		owed := *sp
-		owed.release = 0
-		l.shared.settle(d.org, settlement{lim: lim, spend: &owed}, t)
+		owed.Release = 0
+		l.shared.Settle(d.org, store.Settlement{Req: st.Req, Tok: st.Tok, Spend: &owed}, t)
 	}
 }
 
@@ -497,9 +481,9 @@ func (l *Limiter) Settle(d Decision, actualTokens int64) {
 func (l *Limiter) Hold(org string, retryAfter time.Duration) {
 	retryAfter = min(max(retryAfter, time.Second), maxHold)
 	t := l.now()
-	l.local.hold(org, retryAfter, t)
+	l.local.Hold(org, retryAfter, t)
 	if l.shared != nil {
-		l.shared.hold(org, retryAfter, t)
+		l.shared.Hold(org, retryAfter, t)
 	}
 }
 
@@ -508,4 +492,10 @@ func (l *Limiter) limitsFor(org string) orgLimits {
 		return lim
 	}
 	return l.defaults
+}
+
+// specsFor is org's two buckets, for the leases' give-backs.
+func (l *Limiter) specsFor(org string) (req, tok store.Spec) {
+	lim := l.limitsFor(org)
+	return lim.requests(), lim.tokens()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"reflect"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,14 +59,14 @@ func mustRefuse(t *testing.T, d Decision, retryAfter time.Duration, msg string) 
 func settle(l *Limiter, d Decision, actual int64) {
 	l.Settle(d, actual)
 	if l.shared != nil {
-		redisOf(l).drain()
+		drain(l)
 	}
 }
 
 func hold(l *Limiter, org string, d time.Duration) {
 	l.Hold(org, d)
 	if l.shared != nil {
-		redisOf(l).drain()
+		drain(l)
 	}
 }
 
@@ -343,28 +342,6 @@ func TestInProcessStateSurvivesReload(t *testing.T) {
 	mustAllow(t, other.Admit(bg, "acme", 1))
 }
 
-func TestInProcessForgetsFullBuckets(t *testing.T) {
-	clk := newFakeClock()
-	l, _ := newLimiter(t, Config{}, clk, false)
-	for i := range 5000 {
-		l.Admit(bg, "org"+strconv.Itoa(i), 1)
-	}
-	clk.advance(30 * time.Second)
-	l.Admit(bg, "acme", 64000)    // full again in 64s
-	clk.advance(35 * time.Second) // every other bucket is full again
-	localOf(l).sweep(micros(clk.now()))
-	n := 0
-	for i := range localOf(l).shards {
-		n += len(localOf(l).shards[i].orgs)
-	}
-	if n != 1 {
-		t.Fatalf("%d organizations held after their buckets filled up, want 1 (acme)", n)
-	}
-	if d := l.Admit(bg, "acme", 0); d.Tokens.Remaining != 35000 {
-		t.Fatalf("acme was forgotten while in use: %+v", d.Tokens)
-	}
-}
-
 // An org refused by its requests bucket is known to be over its limit until
 // the bucket refills one request: KnownOver answers without a store, with
 // the retry-after left, and never for a refusal by another bucket or a hold.
@@ -385,9 +362,9 @@ func TestKnownOver(t *testing.T) {
 		}
 
 		mustRefuse(t, l.AdmitRequest(bg, "acme"), 30*time.Second, "Rate limit exceeded: 2 requests per minute for organization acme")
-		var counted *countHook
+		var counted *redistest.CountHook
 		if l.shared != nil {
-			counted = &countHook{}
+			counted = &redistest.CountHook{}
 			universal(l).AddHook(counted)
 		}
 		d, over := l.KnownOver("acme")
@@ -402,8 +379,8 @@ func TestKnownOver(t *testing.T) {
 		if _, over := l.KnownOver("other"); over {
 			t.Fatal("another org is known over")
 		}
-		if counted != nil && counted.sent.Load() != 0 {
-			t.Fatalf("KnownOver sent %d commands to Redis", counted.sent.Load())
+		if counted != nil && counted.Sent.Load() != 0 {
+			t.Fatalf("KnownOver sent %d commands to Redis", counted.Sent.Load())
 		}
 		clk.advance(time.Second)
 		if _, over := l.KnownOver("acme"); over {

@@ -1,8 +1,6 @@
 package limits
 
 import (
-	"context"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 )
 
 const slow = caddy.Duration(5 * time.Second) // for tests about anything but timeouts
@@ -225,32 +224,6 @@ func TestRedisCluster(t *testing.T) {
 	if d := mustAllow(t, b.Admit(bg, "fresh", 0)); d.Tokens.Remaining != 63000 {
 		t.Fatalf("settlement on the cluster: %+v", d.Tokens)
 	}
-	if err := redisOf(a).ping(); err != nil {
-		t.Fatalf("cluster probe: %v", err)
-	}
-
-	// A stale slot map sends the script to the wrong node: MOVED. The
-	// script did not run; that is no outage.
-	cc := redisOf(a).client.(*redis.ClusterClient)
-	key, _ := redisOf(a).keys("acme")
-	owner, err := cc.MasterForKey(bg, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range cluster.Nodes {
-		if n.Addr == owner.Options().Addr {
-			continue
-		}
-		wrong := redis.NewClient(&redis.Options{Addr: n.Addr})
-		defer wrong.Close()
-		_, err = admitScript.Run(bg, wrong, []string{key, key}, "", 1, 1, 0, 0, 1, -1, "0", 0).Result()
-		break
-	}
-	redisOf(a).failures.Store(0)
-	redisOf(a).observe(bg, err)
-	if class, _ := classify(err); class != "moved" || redisOf(a).failures.Load() != 0 {
-		t.Fatalf("MOVED (%v) classified %s, counted %d failures", err, class, redisOf(a).failures.Load())
-	}
 }
 
 // TestRedisStopped stops Redis under a limiter in each on_store_error mode,
@@ -264,7 +237,7 @@ func TestRedisStopped(t *testing.T) {
 				RequestsPerMinute: i64(2),
 				StoreTimeout:      caddy.Duration(50 * time.Millisecond),
 			}, nil, false, onRedis(srv.URL()))
-			hook := &countHook{}
+			hook := &redistest.CountHook{}
 			universal(l).AddHook(hook)
 			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared {
 				t.Fatal("admitted without Redis")
@@ -296,23 +269,23 @@ func TestRedisStopped(t *testing.T) {
 					}
 				}
 			}
-			if !redisOf(l).lost.Load() {
+			if !lost(l) {
 				t.Fatal("Redis not marked lost after 4 failures")
 			}
-			scripts := hook.scripts.Load()
+			scripts := hook.Scripts.Load()
 			for range 20 {
 				l.Admit(bg, "acme", 1)
 			}
-			if got := hook.scripts.Load(); got != scripts {
+			if got := hook.Scripts.Load(); got != scripts {
 				t.Fatalf("%d scripts sent to a lost Redis, want none", got-scripts)
 			}
-			lost := logs.FilterMessage("redis lost").All()
-			if len(lost) != 1 || lost[0].Level != zapcore.WarnLevel || lost[0].ContextMap()["error_class"] == "" {
-				t.Fatalf("want one warning, got %v", lost)
+			warned := logs.FilterMessage("redis lost").All()
+			if len(warned) != 1 || warned[0].Level != zapcore.WarnLevel || warned[0].ContextMap()["error_class"] == "" {
+				t.Fatalf("want one warning, got %v", warned)
 			}
 
 			srv.Restart()
-			eventually(t, func() bool { return !redisOf(l).lost.Load() })
+			eventually(t, func() bool { return !lost(l) })
 			if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.by != chargedShared || d.Requests.Remaining != 1 {
 				t.Fatalf("after Redis came back: %+v", d)
 			}
@@ -323,17 +296,6 @@ func TestRedisStopped(t *testing.T) {
 				t.Fatalf("%d lost entries", n)
 			}
 		})
-	}
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -385,17 +347,8 @@ func TestRedisBlackHoled(t *testing.T) {
 			t.Fatalf("admission %d: %+v", i, d)
 		}
 	}
-	if !redisOf(l).lost.Load() || logs.FilterMessage("redis lost").FilterField(zap.String("error_class", "timeout")).Len() != 1 {
+	if !lost(l) || logs.FilterMessage("redis lost").FilterField(zap.String("error_class", "timeout")).Len() != 1 {
 		t.Fatalf("want Redis lost on timeouts, logs %v", logs.All())
-	}
-	// A request whose client went away says nothing about Redis.
-	ctx, cancel := context.WithCancel(bg)
-	cancel()
-	s := redisOf(l)
-	s.failures.Store(0)
-	s.observe(ctx, context.Canceled)
-	if s.failures.Load() != 0 {
-		t.Fatal("a cancelled request counted as a Redis failure")
 	}
 }
 
@@ -440,43 +393,18 @@ func commandCalls(t testing.TB, addr string) map[string]int {
 	return calls
 }
 
-// countHook counts what a client sends: commands, and pipelines as one.
-type countHook struct{ sent, scripts atomic.Int64 }
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.sent.Add(1)
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			h.scripts.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.sent.Add(1)
-		for _, cmd := range cmds {
-			if n := cmd.Name(); n == "evalsha" || n == "eval" {
-				h.scripts.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
 func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	hook := &countHook{}
+	hook := &redistest.CountHook{}
 	universal(l).AddHook(hook)
 	mustAllow(t, l.Admit(bg, "warm", 1)) // connect
 	srv.Do("CONFIG", "RESETSTAT")
-	hook.sent.Store(0)
+	hook.Sent.Store(0)
 	for i := range 100 {
 		l.Admit(bg, "org"+strconv.Itoa(i%7), 500)
 	}
-	if n := hook.sent.Load(); n != 100 {
+	if n := hook.Sent.Load(); n != 100 {
 		t.Fatalf("client sent %d commands for 100 admissions", n)
 	}
 	// The server agrees, and reads its own clock once per admission.
@@ -491,10 +419,11 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 // still ends up where each would have put it.
 func TestRedisSettlementsAddUp(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	redisOf(l).settleEvery.Store(int64(time.Hour))     // only a drain ends the pause
+	// A pause far longer than the test's admissions take.
+	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()),
+		tuned(func(o *redisstore.Options) { o.SettleEvery = time.Second }))
 	settle(l, mustAllow(t, l.Admit(bg, "warm", 1)), 0) // loads both scripts
-	hook := &countHook{}
+	hook := &redistest.CountHook{}
 	universal(l).AddHook(hook)
 	var admitted []Decision
 	for range 10 {
@@ -503,9 +432,9 @@ func TestRedisSettlementsAddUp(t *testing.T) {
 	for _, d := range admitted {
 		l.Settle(d, 100) // 900 back each
 	}
-	redisOf(l).drain()
+	drain(l)
 	// The first settlement may go alone; the others wait for the pause.
-	if n := hook.scripts.Load(); n > 10+2 {
+	if n := hook.Scripts.Load(); n > 10+2 {
 		t.Fatalf("%d scripts for 10 admissions and 10 settlements, want at most 12", n)
 	}
 	if d := mustAllow(t, l.Admit(bg, "acme", 0)); d.Tokens.Remaining < 64000-10*100-5 {
@@ -592,7 +521,7 @@ func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 			t.Fatalf("%+v, want the in-process fallback", d)
 		}
 	}
-	if redisOf(l).lost.Load() {
+	if lost(l) {
 		t.Fatal("a WRONGTYPE error marked Redis lost")
 	}
 	if d := mustAllow(t, l.Admit(bg, "other", 1)); d.by != chargedShared {
@@ -601,21 +530,6 @@ func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 	errs := logs.FilterMessage("redis script failed")
 	if errs.Len() != 10 || errs.FilterLevelExact(zapcore.ErrorLevel).Len() != 1 {
 		t.Fatalf("want one error entry then debug ones, got %v", errs.All())
-	}
-	for _, tc := range []struct {
-		err    error
-		class  string
-		outage bool
-	}{
-		{errBadReply, "script", false},
-		{redis.Nil, "script", false},
-		{errors.New("no route to host"), "connection", true},
-		{context.DeadlineExceeded, "timeout", true},
-		{redis.ErrPoolTimeout, "pool_exhausted", true},
-	} {
-		if class, outage := classify(tc.err); class != tc.class || outage != tc.outage {
-			t.Errorf("classify(%v) = %s %v, want %s %v", tc.err, class, outage, tc.class, tc.outage)
-		}
 	}
 }
 

@@ -1,6 +1,16 @@
-package limits
+// Package redisstore is the limits' store in Redis, shared by every
+// gateway instance: one script per admission (script.go) on the Redis
+// server's clock, the admissions of concurrent requests pipelined per node
+// (batch.go), settlements of token corrections queued and flushed off the
+// response path, holds, a health probe that sees a lost Redis come back,
+// and the leases of local_allowance (lease.go), which spend slices of an
+// organization's buckets in process. It alone knows go-redis's concrete
+// types: a Redis Cluster's scripts go to the master that owns the
+// organization's slot (see redispool.ForKey).
+package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,6 +30,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
 const (
@@ -41,27 +52,56 @@ const (
 	settleEvery = 20 * time.Millisecond
 )
 
-// redisStore keeps the buckets in Redis, shared by every gateway instance.
-type redisStore struct {
-	client  RedisClient // the handler's: never closed here
+// Client is the part of a go-redis client the store uses: scripts, and a
+// ping to see a lost server come back. The handler's *redis.Client or
+// *redis.ClusterClient is one; with a cluster, scripts go to the master
+// that owns the organization's slot (see redispool.ForKey).
+type Client interface {
+	redis.Scripter
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// Options are a Store's settings; zero values take the defaults.
+type Options struct {
+	// Timeout bounds each call to Redis (store_timeout); required.
+	Timeout time.Duration
+	// Logger receives `redis lost`, `redis back` and the settlements'
+	// warnings; nil logs nothing.
+	Logger *zap.Logger
+	// Clock, when set, is the scripts' clock instead of the Redis
+	// server's TIME: for a test that moves time itself.
+	Clock func() time.Time
+	// ProbeMin and ProbeMax bound the backoff of the probe that watches a
+	// lost Redis come back: 100ms and 5s by default.
+	ProbeMin, ProbeMax time.Duration
+	// SettleEvery is the least time between two flushes of the settlement
+	// queue (default 20ms, settleEvery).
+	SettleEvery time.Duration
+	// MaxPending bounds the organizations queued for settlement (default
+	// 100,000, maxPending).
+	MaxPending int
+}
+
+// Store keeps the buckets in Redis, shared by every gateway instance. It
+// is safe for concurrent use.
+type Store struct {
+	client  Client // the handler's: never closed here
 	prefix  string
 	timeout time.Duration
 	logger  *zap.Logger
-	// now pins the scripts' clock in tests; nil uses the server's TIME.
+	// now is the scripts' clock (Options.Clock); nil uses the server's TIME.
 	now func() time.Time
 	// probeMin and probeMax bound the probe's backoff.
 	probeMin, probeMax time.Duration
-	// settleEvery is the pause after each flush of the queue, in
-	// nanoseconds; atomic, so tests can lengthen it while the loop runs.
-	settleEvery atomic.Int64
+	// settleEvery is the pause after each flush of the queue.
+	settleEvery time.Duration
 
 	failures      atomic.Int32 // consecutive outage errors
 	lost          atomic.Bool
 	scriptErrSeen atomic.Bool
 
 	// batchers holds a *nodeBatcher per node address (see run).
-	batchers sync.Map
-	// maxPending is the const, lowered by tests.
+	batchers   sync.Map
 	maxPending int
 
 	mu       sync.Mutex // guards the fields below
@@ -77,6 +117,9 @@ type redisStore struct {
 	// have run, and are not sent again; dropped counts those never sent
 	// (Redis lost and the queue full).
 	lostAnswers, dropped atomic.Int64
+	// sending counts the organizations' settlements and holds a flush has
+	// taken and not yet seen answered (see Stats' Pending).
+	sending atomic.Int64
 	// taken counts the flushes that took the queue (guarded by mu);
 	// flushed is the last of them whose scripts have been answered, with
 	// every lease give-back sent. What settle queues is sent by flush
@@ -85,59 +128,65 @@ type redisStore struct {
 	taken   uint64
 	flushed atomic.Uint64
 
-	kick    chan struct{}
-	urgent  chan struct{}
-	drained chan chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
+	kick   chan struct{}
+	urgent chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 type pendingSettle struct {
-	lim   orgLimits     // of the latest settlement
-	delta int64         // tokens
-	spend []spendSettle // by period and minute
+	req, tok store.Spec          // the buckets, as the latest settlement had them
+	delta    int64               // tokens
+	spend    []store.SpendSettle // by period and minute
 	// reqBack and tokBack are units of leases given back (see leases).
 	reqBack, tokBack int64
 }
 
 // add merges a budget settlement into p's.
-func (p *pendingSettle) add(sp spendSettle) {
+func (p *pendingSettle) add(sp store.SpendSettle) {
 	for i := range p.spend {
-		if q := &p.spend[i]; q.period == sp.period && q.slot == sp.slot {
-			q.charge += sp.charge
-			q.release += sp.release
+		if q := &p.spend[i]; q.Period == sp.Period && q.Slot == sp.Slot {
+			q.Charge += sp.Charge
+			q.Release += sp.Release
 			return
 		}
 	}
 	p.spend = append(p.spend, sp)
 }
 
-func newRedisStore(client RedisClient, prefix string, timeout time.Duration, logger *zap.Logger) *redisStore {
-	s := &redisStore{
-		client:     client,
-		prefix:     prefix,
-		timeout:    timeout,
-		logger:     logger,
-		probeMin:   100 * time.Millisecond,
-		probeMax:   5 * time.Second,
-		settles:    make(map[string]pendingSettle),
-		maxPending: maxPending,
-		holds:      make(map[string]time.Duration),
-		kick:       make(chan struct{}, 1),
-		urgent:     make(chan struct{}, 1),
-		drained:    make(chan chan struct{}),
-		done:       make(chan struct{}),
+// New returns a store in client's Redis whose keys start with prefix;
+// configs with the same prefix share buckets. The caller keeps owning the
+// client. Call Close when the config is retired.
+func New(client Client, prefix string, o Options) *Store {
+	s := &Store{
+		client:      client,
+		prefix:      prefix,
+		timeout:     o.Timeout,
+		logger:      o.Logger,
+		now:         o.Clock,
+		probeMin:    cmp.Or(o.ProbeMin, 100*time.Millisecond),
+		probeMax:    cmp.Or(o.ProbeMax, 5*time.Second),
+		settleEvery: cmp.Or(o.SettleEvery, settleEvery),
+		settles:     make(map[string]pendingSettle),
+		maxPending:  cmp.Or(o.MaxPending, maxPending),
+		holds:       make(map[string]time.Duration),
+		kick:        make(chan struct{}, 1),
+		urgent:      make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	if s.logger == nil {
+		s.logger = zap.NewNop()
 	}
 	s.space = sync.NewCond(&s.mu)
 	s.wg.Add(1)
-	s.settleEvery.Store(int64(settleEvery))
 	go s.settleLoop()
 	return s
 }
 
-// close sends what is pending (giving up once Redis is lost) and stops the
-// background goroutines. The client stays open: the handler owns it.
-func (s *redisStore) close() error {
+// Close implements store.Store: it sends what is pending (giving up once
+// Redis is lost) and stops the background goroutines. The client stays
+// open: the handler owns it.
+func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -151,17 +200,17 @@ func (s *redisStore) close() error {
 	return nil
 }
 
-func (s *redisStore) keys(org string) (bucket, hold string) {
+func (s *Store) keys(org string) (bucket, hold string) {
 	base := s.prefix + "{" + keyOrg(org) + "}:"
 	return base + "b", base + "h"
 }
 
 // budgetKey names org's budget hash for a period.
-func (s *redisStore) budgetKey(org, period string) string {
+func (s *Store) budgetKey(org, period string) string {
 	return s.prefix + "{" + keyOrg(org) + "}:budget:" + period
 }
 
-func (s *redisStore) clockArg() string {
+func (s *Store) clockArg() string {
 	if s.now == nil {
 		return ""
 	}
@@ -172,7 +221,7 @@ func (s *redisStore) clockArg() string {
 // pipeline (see nodeBatcher), and waits for its answer: at most
 // store_timeout for a pipeline to take it, and store_timeout for that
 // pipeline. It is never sent twice.
-func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	node, err := s.node(ctx, keys[0])
 	if err != nil {
 		// No node, nothing written (a lease's give-back riding on the
@@ -186,7 +235,7 @@ func (s *redisStore) run(ctx context.Context, script *redis.Script, keys []strin
 // cluster's lookup may load the slot map, which store_timeout bounds; a
 // single server's is the client itself, with no deadline to pay for on
 // every admission.
-func (s *redisStore) node(ctx context.Context, key string) (*redis.Client, error) {
+func (s *Store) node(ctx context.Context, key string) (*redis.Client, error) {
 	if _, cluster := s.client.(*redis.ClusterClient); cluster {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
@@ -195,30 +244,30 @@ func (s *redisStore) node(ctx context.Context, key string) (*redis.Client, error
 	return redispool.ForKey(ctx, s.client, key)
 }
 
-// admit implements store: c against Redis, on the server's clock;
+// Admit implements store.Store: c against Redis, on the server's clock;
 // localHold is the hold this instance knows of (microseconds left), which
 // Redis may not have yet. While Redis is lost it fails at once (errLost).
-func (s *redisStore) admit(ctx context.Context, org string, c check, localHold int64, _ time.Time) (outcome, error) {
+func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold int64, _ time.Time) (store.Outcome, error) {
 	if s.lost.Load() {
-		return outcome{}, errLost
+		return store.Outcome{}, errLost
 	}
 	bucket, hold := s.keys(org)
 	holdArg := "0"
-	if c.hold {
+	if c.Hold {
 		holdArg = "1"
 	}
 	keys := []string{bucket, hold}
-	args := []any{s.clockArg(), c.req.capacity, c.req.rate, c.tok.capacity, c.tok.rate,
-		c.reqCost, c.tokCost, holdArg, localHold}
-	if b := c.budget; b.on() {
-		for _, p := range b.periods {
-			keys = append(keys, s.budgetKey(org, p.name))
+	args := []any{s.clockArg(), c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate,
+		c.ReqCost, c.TokCost, holdArg, localHold}
+	if b := c.Budget; b.On() {
+		for _, p := range b.Periods {
+			keys = append(keys, s.budgetKey(org, p.Name))
 		}
-		args = append(args, b.limit, b.cost,
-			b.periods[1].start.UnixMicro(), b.periods[1].end.UnixMicro(), b.periods[2].end.UnixMicro())
+		args = append(args, b.Limit, b.Cost,
+			b.Periods[1].Start.UnixMicro(), b.Periods[1].End.UnixMicro(), b.Periods[2].End.UnixMicro())
 	}
 	res, err := s.run(ctx, admitScript, keys, args...)
-	var o outcome
+	var o store.Outcome
 	if err == nil {
 		o, err = parseOutcome(res)
 	}
@@ -236,10 +285,10 @@ type leaseGrant struct {
 // lease gives back rback and tback units of org's old lease and takes a
 // new one of rslice and tslice units, in one script (see leaseScript),
 // sent like an admission. c is the admission that needs it.
-func (s *redisStore) lease(ctx context.Context, org string, c check, rslice, tslice, rback, tback int64) (leaseGrant, error) {
+func (s *Store) lease(ctx context.Context, org string, c store.Check, rslice, tslice, rback, tback int64) (leaseGrant, error) {
 	bucket, hold := s.keys(org)
 	res, err := s.run(ctx, leaseScript, []string{bucket, hold}, s.clockArg(),
-		c.req.capacity, c.req.rate, c.tok.capacity, c.tok.rate, c.reqCost, c.tokCost, rslice, tslice, rback, tback)
+		c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate, c.ReqCost, c.TokCost, rslice, tslice, rback, tback)
 	var g leaseGrant
 	if err == nil {
 		g, err = parseGrant(res)
@@ -276,20 +325,20 @@ func int64s(res any, out []int64) error {
 	return nil
 }
 
-func parseOutcome(res any) (outcome, error) {
+func parseOutcome(res any) (store.Outcome, error) {
 	var n [11]int64
 	if err := int64s(res, n[:]); err != nil {
-		return outcome{}, err
+		return store.Outcome{}, err
 	}
 	if n[6] < 0 || n[6] > 3 {
-		return outcome{}, fmt.Errorf("%w: period %d", errBadReply, n[6])
+		return store.Outcome{}, fmt.Errorf("%w: period %d", errBadReply, n[6])
 	}
-	return outcome{allowed: n[0] == 1, req: n[1], tok: n[2], reqWait: n[3], tokWait: n[4], holdWait: n[5],
-		period: max(int(n[6])-1, 0), spent: n[7], reserved: n[8], slot: n[9], budgetRefused: n[10] == 1}, nil
+	return store.Outcome{Allowed: n[0] == 1, Req: n[1], Tok: n[2], ReqWait: n[3], TokWait: n[4], HoldWait: n[5],
+		Period: max(int(n[6])-1, 0), Spent: n[7], Reserved: n[8], Slot: n[9], BudgetRefused: n[10] == 1}, nil
 }
 
 // observe tracks Redis's health from one call's result.
-func (s *redisStore) observe(ctx context.Context, err error) {
+func (s *Store) observe(ctx context.Context, err error) {
 	if err == nil {
 		s.failures.Store(0)
 		return
@@ -330,7 +379,7 @@ func (s *redisStore) observe(ctx context.Context, err error) {
 }
 
 // probe pings Redis with backoff until it answers within store_timeout.
-func (s *redisStore) probe() {
+func (s *Store) probe() {
 	defer s.wg.Done()
 	delay := s.probeMin
 	for {
@@ -352,7 +401,7 @@ func (s *redisStore) probe() {
 	}
 }
 
-func (s *redisStore) ping() error {
+func (s *Store) ping() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if c, ok := s.client.(*redis.ClusterClient); ok {
@@ -405,22 +454,45 @@ func classify(err error) (class string, outage bool) {
 	return "connection", true
 }
 
-// settle implements store. A request that holds a budget reservation is
+// Settle implements store.Store. A request that holds a budget reservation is
 // settled at once (settleNow), so that its reservation stops counting
 // before the request ends; a token correction alone is queued (enqueue).
-func (s *redisStore) settle(org string, st settlement, _ time.Time) {
-	if sp := st.spend; sp != nil && sp.release > 0 {
-		s.settleNow(org, st.lim, st.delta, *sp)
+func (s *Store) Settle(org string, st store.Settlement, _ time.Time) {
+	if sp := st.Spend; sp != nil && sp.Release > 0 {
+		s.settleNow(org, st.Req, st.Tok, st.Delta, *sp)
 		return
 	}
-	s.enqueue(org, st.lim, st.delta, st.spend)
+	s.enqueue(org, st.Req, st.Tok, st.Delta, st.Spend)
 }
 
-// holdWait implements store: Redis's holds are known only by a round trip.
-func (s *redisStore) holdWait(string, time.Time) int64 { return 0 }
+// HoldWait implements store.Store: Redis's holds are known only by a
+// round trip.
+func (s *Store) HoldWait(string, time.Time) int64 { return 0 }
 
-// up implements store.
-func (s *redisStore) up() bool { return !s.lost.Load() }
+// Up implements store.Store.
+func (s *Store) Up() bool { return !s.lost.Load() }
+
+// Stats implements store.Store.
+func (s *Store) Stats() store.Stats {
+	s.mu.Lock()
+	queued := len(s.settles) + len(s.holds)
+	s.mu.Unlock()
+	return store.Stats{SettlementsDropped: s.dropped.Load(), SettlementsUnanswered: s.lostAnswers.Load(),
+		Pending: int64(queued) + s.sending.Load()}
+}
+
+// countDropped counts n settlements or holds never sent.
+func (s *Store) countDropped(n int64) {
+	s.dropped.Add(n)
+	store.Count(store.Stats{SettlementsDropped: n})
+}
+
+// countUnanswered counts n settlements, holds or give-backs whose answer
+// was lost.
+func (s *Store) countUnanswered(n int64) {
+	s.lostAnswers.Add(n)
+	store.Count(store.Stats{SettlementsUnanswered: n})
+}
 
 // enqueue queues a charge (refund when negative) of delta tokens for org,
 // and a budget settlement if sp is set. Amounts for one organization add up
@@ -429,14 +501,14 @@ func (s *redisStore) up() bool { return !s.lost.Load() }
 // the queue. While Redis is lost, new organizations past maxPending are
 // dropped (counted, logged once). Once the store is closed, settle sends
 // the settlement itself (see unlockAndSend).
-func (s *redisStore) enqueue(org string, lim orgLimits, delta int64, sp *spendSettle) {
+func (s *Store) enqueue(org string, req, tok store.Spec, delta int64, sp *store.SpendSettle) {
 	s.mu.Lock()
 	p, queued := s.settles[org]
 	if !queued && s.full() {
 		s.mu.Unlock()
 		return
 	}
-	p.lim, p.delta = lim, p.delta+delta
+	p.req, p.tok, p.delta = req, tok, p.delta+delta
 	if sp != nil {
 		p.add(*sp)
 	}
@@ -456,19 +528,19 @@ func (s *redisStore) enqueue(org string, lim orgLimits, delta int64, sp *spendSe
 // lost, and when the script never left (no connection, no node), to be
 // sent by a flush once Redis can take it. One whose answer is lost is
 // counted and not sent again (it may have run), as in a flush.
-func (s *redisStore) settleNow(org string, lim orgLimits, delta int64, sp spendSettle) {
+func (s *Store) settleNow(org string, req, tok store.Spec, delta int64, sp store.SpendSettle) {
 	if s.lost.Load() {
-		s.enqueue(org, lim, delta, &sp)
+		s.enqueue(org, req, tok, delta, &sp)
 		return
 	}
-	c := s.settleCall(org, pendingSettle{lim: lim, delta: delta, spend: []spendSettle{sp}}, s.clockArg())
+	c := s.settleCall(org, pendingSettle{req: req, tok: tok, delta: delta, spend: []store.SpendSettle{sp}}, s.clockArg())
 	ctx := context.Background()
 	_, err := s.run(ctx, c.script, c.keys, c.args...)
 	s.observe(ctx, err)
 	switch {
 	case err == nil:
 	case notSent(err):
-		s.enqueue(org, lim, delta, &sp)
+		s.enqueue(org, req, tok, delta, &sp)
 	default:
 		s.unanswered(1)
 	}
@@ -477,14 +549,14 @@ func (s *redisStore) settleNow(org string, lim orgLimits, delta int64, sp spendS
 // giveBack queues what a lease did not spend, req and tok units, to go
 // back to org's buckets (up to full ones), like settle. It returns the
 // number of the flush that sends it (see flushed).
-func (s *redisStore) giveBack(org string, lim orgLimits, req, tok int64) uint64 {
+func (s *Store) giveBack(org string, reqSpec, tokSpec store.Spec, req, tok int64) uint64 {
 	s.mu.Lock()
 	p, queued := s.settles[org]
 	if !queued && s.full() {
 		s.mu.Unlock()
 		return 0
 	}
-	p.lim = lim
+	p.req, p.tok = reqSpec, tokSpec
 	p.reqBack += req
 	p.tokBack += tok
 	s.settles[org] = p
@@ -493,8 +565,8 @@ func (s *redisStore) giveBack(org string, lim orgLimits, req, tok int64) uint64 
 	return epoch
 }
 
-// hold implements store: it queues a hold of d for org, like enqueue.
-func (s *redisStore) hold(org string, d time.Duration, _ time.Time) {
+// Hold implements store.Store: it queues a hold of d for org, like enqueue.
+func (s *Store) Hold(org string, d time.Duration, _ time.Time) {
 	s.mu.Lock()
 	cur, queued := s.holds[org]
 	if !queued && s.full() {
@@ -511,7 +583,7 @@ func (s *redisStore) hold(org string, d time.Duration, _ time.Time) {
 // that reached its config after the handler released it (a connection the
 // old server was still reading when a reload began; see drain.Gate): its
 // settlement is still owed, and the Redis client may still be open.
-func (s *redisStore) unlockAndSend() {
+func (s *Store) unlockAndSend() {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
@@ -524,7 +596,7 @@ func (s *redisStore) unlockAndSend() {
 // full waits, with s.mu held, while the queue holds maxPending
 // organizations and Redis is reachable. It reports true when a new entry
 // must be dropped: the queue is still full and Redis lost.
-func (s *redisStore) full() bool {
+func (s *Store) full() bool {
 	for len(s.settles)+len(s.holds) >= s.maxPending && !s.closed {
 		if s.lost.Load() {
 			s.countDropped(1)
@@ -543,7 +615,7 @@ func (s *redisStore) full() bool {
 	return false
 }
 
-func (s *redisStore) wake() {
+func (s *Store) wake() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -554,11 +626,11 @@ func (s *redisStore) wake() {
 // clients' response path; at most one call is in flight. After each flush
 // it lets the queue fill for settleEvery, so that a busy organization's
 // settlements add up to one script per interval instead of one per request
-// (which would double the Redis round trips of every evaluation). A drain
-// or close does not wait.
-func (s *redisStore) settleLoop() {
+// (which would double the Redis round trips of every evaluation). A close
+// does not wait.
+func (s *Store) settleLoop() {
 	defer s.wg.Done()
-	pause := time.NewTimer(time.Duration(s.settleEvery.Load()))
+	pause := time.NewTimer(s.settleEvery)
 	pause.Stop()
 	for {
 		select {
@@ -566,24 +638,16 @@ func (s *redisStore) settleLoop() {
 			s.flush()
 		case <-s.urgent:
 			s.flush()
-		case ch := <-s.drained:
-			s.flush()
-			close(ch)
-			continue
 		case <-s.done:
 			s.flush()
 			return
 		}
-		pause.Reset(time.Duration(s.settleEvery.Load()))
+		pause.Reset(s.settleEvery)
 		select {
 		case <-pause.C:
 		case <-s.urgent:
 			pause.Stop()
 			s.flush()
-		case ch := <-s.drained:
-			pause.Stop()
-			s.flush()
-			close(ch)
 		case <-s.done:
 			pause.Stop()
 			s.flush()
@@ -598,7 +662,7 @@ func (s *redisStore) settleLoop() {
 // A script whose answer is lost is not sent again (it may have run: a
 // second debit would charge twice); one that never left, for want of a
 // connection, is queued again.
-func (s *redisStore) flush() {
+func (s *Store) flush() {
 	s.mu.Lock()
 	if s.lost.Load() {
 		abandoned := 0
@@ -623,6 +687,8 @@ func (s *redisStore) flush() {
 	s.dropping = false
 	s.taken++
 	epoch := s.taken
+	taken := int64(len(settles) + len(holds))
+	s.sending.Add(taken)
 	s.space.Broadcast()
 	s.mu.Unlock()
 	// flushed advances only past a flush that left no lease give-back
@@ -682,7 +748,7 @@ func (s *redisStore) flush() {
 	}
 
 	var lost int64
-	abandoned := 0
+	abandoned, requeued := 0, 0
 	s.mu.Lock()
 	for i, c := range calls {
 		sentOK := c.res != nil || (c.err != nil && !notSent(c.err))
@@ -697,12 +763,13 @@ func (s *redisStore) flush() {
 			continue
 		}
 		org := orgs[i]
+		requeued++
 		if i < nHolds {
 			s.holds[org] = max(s.holds[org], holds[org])
 		} else {
 			p, old := s.settles[org], settles[org]
 			backLeft = backLeft || old.reqBack != 0 || old.tokBack != 0
-			p.lim, p.delta = old.lim, p.delta+old.delta
+			p.req, p.tok, p.delta = old.req, old.tok, p.delta+old.delta
 			p.reqBack, p.tokBack = p.reqBack+old.reqBack, p.tokBack+old.tokBack
 			for _, sp := range old.spend {
 				p.add(sp)
@@ -710,13 +777,19 @@ func (s *redisStore) flush() {
 			s.settles[org] = p
 		}
 	}
+	s.sending.Add(-taken)
 	s.mu.Unlock()
 	s.abandon(abandoned)
 	s.unanswered(lost)
+	if requeued > 0 {
+		// Try again after the pause, traffic or not: the failures count
+		// towards Redis lost, and then the probe takes over.
+		s.wake()
+	}
 }
 
 // unanswered counts and logs n settlements or holds whose answer was lost.
-func (s *redisStore) unanswered(n int64) {
+func (s *Store) unanswered(n int64) {
 	if n == 0 {
 		return
 	}
@@ -727,39 +800,26 @@ func (s *redisStore) unanswered(n int64) {
 }
 
 // settleCall is the settlement script of p for org.
-func (s *redisStore) settleCall(org string, p pendingSettle, clock string) *scriptCall {
+func (s *Store) settleCall(org string, p pendingSettle, clock string) *scriptCall {
 	bucket, _ := s.keys(org)
-	req, tok := p.lim.requests(), p.lim.tokens()
+	req, tok := p.req, p.tok
 	keys := []string{bucket}
-	args := []any{clock, req.capacity, req.rate, tok.capacity, tok.rate, clampTokens(p.delta, p.lim)*unit - p.tokBack, p.reqBack}
+	args := []any{clock, req.Capacity, req.Rate, tok.Capacity, tok.Rate, tok.Clamp(p.delta)*store.Unit - p.tokBack, p.reqBack}
 	for _, sp := range p.spend {
-		keys = append(keys, s.budgetKey(org, sp.period))
-		args = append(args, sp.charge, sp.release, sp.slot, sp.end)
+		keys = append(keys, s.budgetKey(org, sp.Period))
+		args = append(args, sp.Charge, sp.Release, sp.Slot, sp.End)
 	}
 	return &scriptCall{script: settleScript, keys: keys, args: args}
 }
 
 // abandon counts n settlements and holds a closed store could not send
 // (Redis lost or failing when the config was released) as dropped.
-func (s *redisStore) abandon(n int) {
+func (s *Store) abandon(n int) {
 	if n == 0 {
 		return
 	}
 	s.countDropped(int64(n))
 	s.logger.Warn("redis unavailable as the limiter closed; settlements dropped", zap.Int("count", n))
-}
-
-// drain waits until everything queued before it has been sent (tests).
-func (s *redisStore) drain() {
-	ch := make(chan struct{})
-	s.drained <- ch
-	<-ch
-}
-
-// clampTokens bounds a charge to what can change a bucket (from full to the
-// debt floor, or back), which also keeps delta*unit from overflowing.
-func clampTokens(delta int64, lim orgLimits) int64 {
-	return min(max(delta, -2*lim.burst), 2*lim.burst)
 }
 
 // keyOrg makes an untrusted organization id safe for a key: braces would

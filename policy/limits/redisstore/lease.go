@@ -1,6 +1,7 @@
-package limits
+package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"hash/maphash"
@@ -9,10 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 	"go.uber.org/zap"
 )
 
-// The local-allowance mode (LocalAllowance). Per organization, an instance
+// Leases are the local-allowance mode (local_allowance). Per organization, an instance
 // holds at most one lease: units of the requests and token buckets that
 // leaseScript debited from Redis for it. Admissions spend the lease under a
 // mutex, without a round trip. When the lease cannot pay an admission, or
@@ -24,26 +26,29 @@ import (
 // neither here nor in Redis, so the organization's admissions take the
 // exact path meanwhile rather than lease again: an instance never holds
 // more than one lease's units of an organization outside Redis, which is
-// what the README's bound counts on.
+// what the documented bound counts on.
 
 // maxLeases bounds the organizations an instance holds leases for, as
 // maxOverLimit does the over-limit table: past it, a newcomer is admitted
 // exactly, one round trip per request, until the sweeper frees a slot.
 const maxLeases = 100_000
 
+// nShards is the number of lease tables, each with a lock of its own.
+const nShards = 32
+
 // minSweepEvery bounds how often the sweeper runs, whatever the interval.
 const minSweepEvery = 5 * time.Millisecond
 
-type leases struct {
-	s         *redisStore
-	now       func() time.Time       // the Limiter's clock
-	limitsFor func(string) orgLimits // the Limiter's, for give-backs
-	share     float64
-	interval  int64 // µs
-	max       int
+type Leases struct {
+	s        *Store
+	now      func() time.Time                       // the Limiter's clock
+	specs    func(org string) (req, tok store.Spec) // the Limiter's, for give-backs
+	share    float64
+	interval int64 // µs
+	max      int
 
 	seed   maphash.Seed
-	shards [localShards]leaseShard
+	shards [nShards]leaseShard
 	size   atomic.Int64
 
 	// taken counts the lease calls that granted something.
@@ -59,9 +64,7 @@ type leases struct {
 	mu     sync.RWMutex
 	closed bool
 
-	// sweepEvery is the sweeper's period in nanoseconds; the sweeper
-	// starts with the first lease, so tests can change it before.
-	sweepEvery atomic.Int64
+	sweepEvery time.Duration
 	startOnce  sync.Once
 	done       chan struct{}
 	wg         sync.WaitGroup
@@ -99,30 +102,57 @@ type leaseEntry struct {
 	calls           uint64
 	refused, failed bool
 	// returning: the sweeper queued the lease's rest for Redis, sent by
-	// flush number epoch (see redisStore.flushed).
+	// flush number epoch (see Store.flushed).
 	returning bool
 	epoch     uint64
 }
 
-func newLeases(s *redisStore, a LocalAllowance, now func() time.Time, limitsFor func(string) orgLimits) *leases {
-	share, interval := a.settings()
-	ls := &leases{s: s, now: now, limitsFor: limitsFor, share: share, interval: interval.Microseconds(), max: maxLeases,
-		seed: maphash.MakeSeed(), done: make(chan struct{})}
+// LeaseOptions are the settings of Leases.
+type LeaseOptions struct {
+	// Share is the part of each bucket's capacity one lease takes
+	// (local_allowance's share), Interval how long a lease may be spent.
+	Share    float64
+	Interval time.Duration
+	// Now is the Limiter's clock, which leases expire by.
+	Now func() time.Time
+	// Specs returns an organization's buckets as the Limiter has them,
+	// for the give-backs of the sweeper.
+	Specs func(org string) (req, tok store.Spec)
+	// SweepEvery is how often the sweeper gives idle leases back: by
+	// default half the interval, at least 5ms.
+	SweepEvery time.Duration
+}
+
+// NewLeases returns leases taken from s, a store.Store that wraps it:
+// closing the leases gives their rest back and closes s.
+func NewLeases(s *Store, o LeaseOptions) *Leases {
+	ls := &Leases{s: s, now: o.Now, specs: o.Specs, share: o.Share, interval: o.Interval.Microseconds(), max: maxLeases,
+		sweepEvery: cmp.Or(o.SweepEvery, max(o.Interval/2, minSweepEvery)), seed: maphash.MakeSeed(), done: make(chan struct{})}
 	for i := range ls.shards {
 		ls.shards[i].orgs = make(map[string]*leaseEntry)
 	}
-	ls.sweepEvery.Store(int64(max(interval/2, minSweepEvery)))
 	return ls
 }
 
+// giveBackOne queues org's req and tok units for Redis (see
+// Store.giveBack) and returns the number of the flush that sends them.
+func (ls *Leases) giveBackOne(org string, req, tok int64) uint64 {
+	rs, ts := ls.specs(org)
+	return ls.s.giveBack(org, rs, ts, req, tok)
+}
+
+// Len is the number of organizations this instance keeps a lease entry
+// for: at most 100,000 (maxLeases).
+func (ls *Leases) Len() int { return int(ls.size.Load()) }
+
 // slices returns the units one lease takes of each bucket: share of its
 // capacity, at least one request of a requests bucket.
-func (ls *leases) slices(c check) (req, tok int64) {
-	if c.req.on() {
-		req = max(int64(ls.share*float64(c.req.capacity)), unit)
+func (ls *Leases) slices(c store.Check) (req, tok int64) {
+	if c.Req.On() {
+		req = max(int64(ls.share*float64(c.Req.Capacity)), store.Unit)
 	}
-	if c.tok.on() {
-		tok = int64(ls.share * float64(c.tok.capacity))
+	if c.Tok.On() {
+		tok = int64(ls.share * float64(c.Tok.Capacity))
 	}
 	return req, tok
 }
@@ -140,67 +170,67 @@ const (
 // failed or was lost: on_store_error decides it.
 var errLeaseFailed = errors.New("redis lease call failed")
 
-// admit implements store: from org's lease when it can pay c, taking a
+// Admit implements store.Store: from org's lease when it can pay c, taking a
 // new lease when needed; exactly, from the Redis store, for an
 // organization with a budget (a reservation per request), for a check of
 // no bucket, and when leasing would break the bound (see leaseExact).
-func (ls *leases) admit(ctx context.Context, org string, c check, held int64, at time.Time) (outcome, error) {
-	if c.budget.on() || !c.usesReq() && !c.usesTok() {
-		return ls.s.admit(ctx, org, c, held, at)
+func (ls *Leases) Admit(ctx context.Context, org string, c store.Check, held int64, at time.Time) (store.Outcome, error) {
+	if c.Budget.On() || !c.UsesReq() && !c.UsesTok() {
+		return ls.s.Admit(ctx, org, c, held, at)
 	}
 	o, res := ls.lend(ctx, org, c, held)
 	switch res {
 	case leaseDone:
 		return o, nil
 	case leaseExact:
-		return ls.s.admit(ctx, org, c, held, at)
+		return ls.s.Admit(ctx, org, c, held, at)
 	}
-	return outcome{}, errLeaseFailed
+	return store.Outcome{}, errLeaseFailed
 }
 
-// settle implements store: an admission paid from a lease is corrected
+// Settle implements store.Store: an admission paid from a lease is corrected
 // against it first; what the lease does not take (a charge it cannot
 // pay, or a refund past its grant) goes to Redis, whole tokens either way.
-func (ls *leases) settle(org string, st settlement, at time.Time) {
-	if st.lease != 0 && st.spend == nil {
-		if st.delta = ls.settleLease(org, st.lease, st.delta*unit) / unit; st.delta == 0 {
+func (ls *Leases) Settle(org string, st store.Settlement, at time.Time) {
+	if st.Lease != 0 && st.Spend == nil {
+		if st.Delta = ls.settleLease(org, st.Lease, st.Delta*store.Unit) / store.Unit; st.Delta == 0 {
 			return
 		}
 	}
-	ls.s.settle(org, st, at)
+	ls.s.Settle(org, st, at)
 }
 
-// hold implements store: through Redis; another instance honours it at
+// Hold implements store.Store: through Redis; another instance honours it at
 // its next lease call, within the interval.
-func (ls *leases) hold(org string, d time.Duration, at time.Time) { ls.s.hold(org, d, at) }
+func (ls *Leases) Hold(org string, d time.Duration, at time.Time) { ls.s.Hold(org, d, at) }
 
-// holdWait implements store.
-func (ls *leases) holdWait(org string, at time.Time) int64 { return ls.s.holdWait(org, at) }
+// HoldWait implements store.Store.
+func (ls *Leases) HoldWait(org string, at time.Time) int64 { return ls.s.HoldWait(org, at) }
 
-// up implements store.
-func (ls *leases) up() bool { return ls.s.up() }
+// Up implements store.Store.
+func (ls *Leases) Up() bool { return ls.s.Up() }
 
-// stats implements store: Redis's counts and the leases taken.
-func (ls *leases) stats() Stats {
-	st := ls.s.stats()
+// Stats implements store.Store: Redis's counts and the leases taken.
+func (ls *Leases) Stats() store.Stats {
+	st := ls.s.Stats()
 	st.LeasesTaken = ls.taken.Load()
 	return st
 }
 
-// close implements store: what the leases hold goes back to Redis with
+// Close implements store.Store: what the leases hold goes back to Redis with
 // the store's last flush.
-func (ls *leases) close() error {
+func (ls *Leases) Close() error {
 	ls.giveAllBack()
-	return ls.s.close()
+	return ls.s.Close()
 }
 
 // lend decides c for org from its lease, taking a new lease when needed.
 // held is the hold this instance knows of (µs left).
-func (ls *leases) lend(ctx context.Context, org string, c check, held int64) (outcome, leaseResult) {
+func (ls *Leases) lend(ctx context.Context, org string, c store.Check, held int64) (store.Outcome, leaseResult) {
 	for {
 		e := ls.entry(org)
 		if e == nil {
-			return outcome{}, leaseExact
+			return store.Outcome{}, leaseExact
 		}
 		if o, res, again := ls.admitFrom(ctx, e, org, c, held); !again {
 			return o, res
@@ -209,8 +239,8 @@ func (ls *leases) lend(ctx context.Context, org string, c check, held int64) (ou
 }
 
 // entry returns org's entry, a new one if there is room, else nil.
-func (ls *leases) entry(org string) *leaseEntry {
-	sh := &ls.shards[maphash.String(ls.seed, org)%localShards]
+func (ls *Leases) entry(org string) *leaseEntry {
+	sh := &ls.shards[maphash.String(ls.seed, org)%nShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.orgs[org]; e != nil {
@@ -227,18 +257,18 @@ func (ls *leases) entry(org string) *leaseEntry {
 
 // admitFrom is admit on one entry; again means the entry was removed
 // meanwhile: look it up again.
-func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c check, held int64) (o outcome, res leaseResult, again bool) {
+func (ls *Leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c store.Check, held int64) (o store.Outcome, res leaseResult, again bool) {
 	e.mu.Lock()
 	final := false
 	for {
 		if e.dead {
 			e.mu.Unlock()
-			return outcome{}, 0, true
+			return store.Outcome{}, 0, true
 		}
-		now := micros(ls.now())
+		now := store.Micros(ls.now())
 		if o, ok := e.try(c, held, now, final); ok {
-			if o.allowed && c.usesTok() {
-				o.lease = e.seq // Settle corrects against this lease
+			if o.Allowed && c.UsesTok() {
+				o.Lease = e.seq // Settle corrects against this lease
 			}
 			e.mu.Unlock()
 			return o, leaseDone, false
@@ -246,7 +276,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c ch
 		if e.returning {
 			if ls.s.flushed.Load() < e.epoch {
 				e.mu.Unlock()
-				return outcome{}, leaseExact, false
+				return store.Outcome{}, leaseExact, false
 			}
 			e.returning = false
 		}
@@ -258,25 +288,25 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c ch
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return outcome{}, leaseFailed, false
+				return store.Outcome{}, leaseFailed, false
 			}
 			e.mu.Lock()
 			if e.calls > calls && e.failed {
 				e.mu.Unlock()
-				return outcome{}, leaseFailed, false
+				return store.Outcome{}, leaseFailed, false
 			}
 			final = e.calls > calls && e.refused
 			continue
 		}
-		if ls.s.lost.Load() {
+		if !ls.s.Up() {
 			e.mu.Unlock()
-			return outcome{}, leaseFailed, false
+			return store.Outcome{}, leaseFailed, false
 		}
 		ls.mu.RLock()
 		if ls.closed {
 			ls.mu.RUnlock()
 			e.mu.Unlock()
-			return outcome{}, leaseExact, false
+			return store.Outcome{}, leaseExact, false
 		}
 		// Take a new lease; the old one's rest goes back in the same
 		// script.
@@ -302,9 +332,9 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c ch
 				ls.lostBack(e, org, rback, tback, err)
 			}
 			e.mu.Unlock()
-			return outcome{}, leaseFailed, false
+			return store.Outcome{}, leaseFailed, false
 		}
-		now = micros(ls.now())
+		now = store.Micros(ls.now())
 		e.r, e.t, e.at = g.r, g.t, now
 		e.holdUntil = 0
 		if g.holdwait > 0 {
@@ -331,7 +361,7 @@ func (ls *leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c ch
 // the organization is admitted exactly until it is sent); one whose answer
 // was lost may have been given back already, and is not sent again. Called
 // with e.mu held.
-func (ls *leases) lostBack(e *leaseEntry, org string, rback, tback int64, err error) {
+func (ls *Leases) lostBack(e *leaseEntry, org string, rback, tback int64, err error) {
 	if !notSent(err) {
 		ls.s.countUnanswered(1)
 		if ce := ls.s.logger.Check(zap.DebugLevel, "redis lease answer lost; its give-back is not sent again"); ce != nil {
@@ -339,7 +369,7 @@ func (ls *leases) lostBack(e *leaseEntry, org string, rback, tback int64, err er
 		}
 		return
 	}
-	e.returning, e.epoch = true, ls.s.giveBack(org, ls.limitsFor(org), rback, tback)
+	e.returning, e.epoch = true, ls.giveBackOne(org, rback, tback)
 }
 
 // try decides c from e's lease at now; ok false means a lease call is
@@ -347,49 +377,49 @@ func (ls *leases) lostBack(e *leaseEntry, org string, rback, tback int64, err er
 // cannot pay is refused with waits from Redis's levels at that call,
 // unless those levels could pay it (another admission's call): then a
 // call is needed after all.
-func (e *leaseEntry) try(c check, held, now int64, final bool) (o outcome, ok bool) {
+func (e *leaseEntry) try(c store.Check, held, now int64, final bool) (o store.Outcome, ok bool) {
 	live := e.held && now < e.until
 	var hold int64
-	if c.hold {
+	if c.Hold {
 		hold = max(held, e.holdUntil-now, 0)
 	}
-	canReq := !c.usesReq() || live && e.req >= c.reqCost
-	canTok := !c.usesTok() || live && e.tok >= c.tokCost
+	canReq := !c.UsesReq() || live && e.req >= c.ReqCost
+	canTok := !c.UsesTok() || live && e.tok >= c.TokCost
 	switch {
 	case canReq && canTok && hold == 0:
-		o.allowed = true
-		if c.usesReq() {
-			e.req -= c.reqCost
+		o.Allowed = true
+		if c.UsesReq() {
+			e.req -= c.ReqCost
 		}
-		if c.usesTok() {
-			e.tok -= c.tokCost
+		if c.UsesTok() {
+			e.tok -= c.TokCost
 		}
 	case canReq && hold > 0:
 		// Refused by a hold: it still counts one request, as in Redis.
-		o.holdWait = hold
-		if c.usesReq() {
-			e.req -= c.reqCost
+		o.HoldWait = hold
+		if c.UsesReq() {
+			e.req -= c.ReqCost
 		}
 	case !final:
 		return o, false
 	case !canReq:
-		if o.reqWait = waitFor(c.req, e.level(c.req, e.r, 0, now), c.reqCost); o.reqWait == 0 {
+		if o.ReqWait = store.WaitFor(c.Req, e.level(c.Req, e.r, 0, now), c.ReqCost); o.ReqWait == 0 {
 			return o, false
 		}
-		o.holdWait = hold
+		o.HoldWait = hold
 	default:
-		if o.tokWait = waitFor(c.tok, e.level(c.tok, e.t, 0, now), c.tokCost); o.tokWait == 0 {
+		if o.TokWait = store.WaitFor(c.Tok, e.level(c.Tok, e.t, 0, now), c.TokCost); o.TokWait == 0 {
 			return o, false
 		}
-		if c.usesReq() {
-			e.req -= c.reqCost // refused by the tokens: it still counts one request
+		if c.UsesReq() {
+			e.req -= c.ReqCost // refused by the tokens: it still counts one request
 		}
 	}
-	if c.req.on() {
-		o.req = e.level(c.req, e.r, e.req, now)
+	if c.Req.On() {
+		o.Req = e.level(c.Req, e.r, e.req, now)
 	}
-	if c.tok.on() {
-		o.tok = e.level(c.tok, e.t, e.tok, now)
+	if c.Tok.On() {
+		o.Tok = e.level(c.Tok, e.t, e.tok, now)
 	}
 	return o, true
 }
@@ -398,14 +428,14 @@ func (e *leaseEntry) try(c check, held, now int64, final bool) (o outcome, ok bo
 // lease call, refilled since on this instance's clock, plus what the lease
 // holds, at most the capacity. Other instances' admissions and leases since
 // are not seen: it is approximate.
-func (e *leaseEntry) level(s spec, redisLevel, lease, now int64) int64 {
-	return min(refill(s, stored{level: redisLevel, at: e.at, known: true}, now)+lease, s.capacity)
+func (e *leaseEntry) level(s store.Spec, redisLevel, lease, now int64) int64 {
+	return min(store.Refill(s, store.Stored{Level: redisLevel, At: e.at, Known: true}, now)+lease, s.Capacity)
 }
 
 // settleLease corrects an admission of org paid from lease seq (see
 // leaseEntry.settle); a lease no longer in the table takes nothing.
-func (ls *leases) settleLease(org string, seq uint64, delta int64) (rest int64) {
-	sh := &ls.shards[maphash.String(ls.seed, org)%localShards]
+func (ls *Leases) settleLease(org string, seq uint64, delta int64) (rest int64) {
+	sh := &ls.shards[maphash.String(ls.seed, org)%nShards]
 	sh.mu.Lock()
 	e := sh.orgs[org]
 	sh.mu.Unlock()
@@ -420,7 +450,7 @@ func (ls *leases) settleLease(org string, seq uint64, delta int64) (rest int64) 
 // in Redis: nothing when the lease paid the charge or took the refund. A
 // refund fills the lease up to the token slice s, no more (whole tokens),
 // so that a lease never holds more than s once its own request has taken
-// its estimate (the README's bound counts on it); the rest goes to Redis,
+// its estimate (the documented bound counts on it); the rest goes to Redis,
 // where the bucket's capacity caps it as in exact admission.
 func (e *leaseEntry) settle(seq uint64, delta int64) (rest int64) {
 	e.mu.Lock()
@@ -435,21 +465,31 @@ func (e *leaseEntry) settle(seq uint64, delta int64) (rest int64) {
 		e.tok -= delta
 		return 0
 	}
-	take := min(-delta, max(e.tokCap-e.tok, 0)) / unit * unit
+	take := min(-delta, max(e.tokCap-e.tok, 0)) / store.Unit * store.Unit
 	e.tok += take
 	return delta + take
 }
 
-func (ls *leases) startSweeper() {
+func (ls *Leases) startSweeper() {
 	ls.startOnce.Do(func() {
 		ls.wg.Add(1)
 		go ls.sweepLoop()
 	})
 }
 
-func (ls *leases) sweepLoop() {
+// Sweep gives back the rest of every lease expired at at and forgets the
+// entries that hold nothing: what the sweeper does every SweepEvery.
+func (ls *Leases) Sweep(at time.Time) { ls.sweep(store.Micros(at)) }
+
+// countTaken counts a lease call that granted something.
+func (ls *Leases) countTaken() {
+	ls.taken.Add(1)
+	store.Count(store.Stats{LeasesTaken: 1})
+}
+
+func (ls *Leases) sweepLoop() {
 	defer ls.wg.Done()
-	t := time.NewTimer(time.Duration(ls.sweepEvery.Load()))
+	t := time.NewTimer(ls.sweepEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -457,8 +497,8 @@ func (ls *leases) sweepLoop() {
 			return
 		case <-t.C:
 		}
-		ls.sweep(micros(ls.now()))
-		t.Reset(time.Duration(ls.sweepEvery.Load()))
+		ls.sweep(store.Micros(ls.now()))
+		t.Reset(ls.sweepEvery)
 	}
 }
 
@@ -472,8 +512,8 @@ type giveBackItem struct {
 // sweep gives back the rest of every lease expired at now and forgets the
 // entries that hold nothing. While Redis is lost it does nothing: no lease
 // is taken meanwhile, and the rests wait in their entries.
-func (ls *leases) sweep(now int64) {
-	if ls.s.lost.Load() {
+func (ls *Leases) sweep(now int64) {
+	if !ls.s.Up() {
 		return
 	}
 	flushed := ls.s.flushed.Load()
@@ -504,9 +544,9 @@ func (ls *leases) sweep(now int64) {
 }
 
 // giveBack queues rests for Redis and notes which flush sends each.
-func (ls *leases) giveBack(back []giveBackItem) {
+func (ls *Leases) giveBack(back []giveBackItem) {
 	for _, b := range back {
-		epoch := ls.s.giveBack(b.org, ls.limitsFor(b.org), b.req, b.tok)
+		epoch := ls.giveBackOne(b.org, b.req, b.tok)
 		b.e.mu.Lock()
 		b.e.epoch = epoch
 		b.e.mu.Unlock()
@@ -516,7 +556,7 @@ func (ls *leases) giveBack(back []giveBackItem) {
 // giveAllBack stops the sweeper and queues every lease's rest for Redis;
 // the store's close sends them. No lease is taken after it: admissions
 // take the exact path.
-func (ls *leases) giveAllBack() {
+func (ls *Leases) giveAllBack() {
 	ls.mu.Lock()
 	ls.closed = true
 	ls.mu.Unlock()

@@ -1,13 +1,14 @@
-package limits
+package redisstore
 
 import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
-// The Redis scripts transliterate bucket.go and the budget arithmetic of
-// local.go. Every organization's keys share the hash tag {org}, so they live
+// The Redis scripts transliterate package store's bucket arithmetic and the budget
+// arithmetic of the in-process store (memstore). Every organization's keys share the hash tag {org}, so they live
 // in one Redis Cluster slot and one script serves them all:
 //
 //	<prefix>{<org>}:b                hash: r, ra (requests level, at), t, ta (tokens level, at)
@@ -254,8 +255,8 @@ return 0
 
 // The budget constants, as the scripts write them.
 var (
-	slotMicrosLua   = strconv.Itoa(slotMicros)
-	leaseSlotsLua   = strconv.Itoa(leaseSlots)
-	periodMarginLua = strconv.FormatInt(periodMargin.Milliseconds(), 10)
-	maxSpentLua     = strconv.FormatInt(int64(maxSpent), 10)
+	slotMicrosLua   = strconv.Itoa(store.SlotMicros)
+	leaseSlotsLua   = strconv.Itoa(store.LeaseSlots)
+	periodMarginLua = strconv.FormatInt(store.PeriodMargin.Milliseconds(), 10)
+	maxSpentLua     = strconv.FormatInt(store.MaxSpent, 10)
 )

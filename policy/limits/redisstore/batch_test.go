@@ -1,4 +1,4 @@
-package limits
+package redisstore
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
+	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
 // waitPending yields until n admissions wait in b: a condition, not a
@@ -34,9 +36,9 @@ func waitPending(b *nodeBatcher, n int) {
 // pretendBusy makes the node's batcher behave as if maxInflight pipelines
 // were in flight, so that admissions queue until the test calls lead (which
 // then frees one slot).
-func pretendBusy(t *testing.T, l *Limiter) *nodeBatcher {
+func pretendBusy(t *testing.T, s *testStore) *nodeBatcher {
 	t.Helper()
-	b := redisOf(l).batcher(redisOf(l).client.(*redis.Client))
+	b := s.batcher(s.client.(*redis.Client))
 	b.mu.Lock()
 	b.inflight = maxInflight
 	b.mu.Unlock()
@@ -48,30 +50,32 @@ func pretendBusy(t *testing.T, l *Limiter) *nodeBatcher {
 // with its own answer.
 func TestRedisAdmissionsShareAPipeline(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{RequestsPerMinute: i64(1000), StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	mustAllow(t, l.Admit(bg, "warm", 1)) // connects, loads the script
-	hook := &countHook{}
-	universal(l).AddHook(hook)
-	b := pretendBusy(t, l)
+	s := newStore(t, srv.URL(), Options{})
+	c := admission(store.RequestsPerMinute(1000), defTok, 1)
+	mustAdmit(t, s, "warm", c) // connects, loads the script
+	hook := &redistest.CountHook{}
+	s.client.AddHook(hook)
+	b := pretendBusy(t, s)
 
 	const n = 50
-	got := make([]Decision, n)
+	got := make([]store.Outcome, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { got[i] = l.Admit(bg, "acme", 1) })
+		wg.Go(func() { got[i], errs[i] = s.Admit(bg, "acme", c, 0, time.Time{}) })
 	}
 	waitPending(b, n)
 	b.lead(nil)
 	wg.Wait()
-	if s, c := hook.sent.Load(), hook.scripts.Load(); s != 1 || c != n {
+	if s, c := hook.Sent.Load(), hook.Scripts.Load(); s != 1 || c != n {
 		t.Fatalf("%d pipelines with %d scripts for %d admissions, want 1 with %d", s, c, n, n)
 	}
 	var remaining []int64
-	for _, d := range got {
-		if !d.Allowed || d.by != chargedShared {
-			t.Fatalf("%+v, want admitted by Redis", d)
+	for i, o := range got {
+		if !o.Allowed || errs[i] != nil {
+			t.Fatalf("%+v %v, want admitted by Redis", o, errs[i])
 		}
-		remaining = append(remaining, d.Requests.Remaining)
+		remaining = append(remaining, o.Req/store.Unit)
 	}
 	slices.Sort(remaining)
 	for i, r := range remaining {
@@ -83,9 +87,9 @@ func TestRedisAdmissionsShareAPipeline(t *testing.T) {
 		t.Fatalf("%d in flight, %d pending after the pipeline", b.inflight, len(b.pending))
 	}
 	// A lone admission goes at once, in a pipeline of its own.
-	hook.sent.Store(0)
-	mustAllow(t, l.Admit(bg, "acme", 1))
-	if s := hook.sent.Load(); s != 1 {
+	hook.Sent.Store(0)
+	mustAdmit(t, s, "acme", c)
+	if s := hook.Sent.Load(); s != 1 {
 		t.Fatalf("a lone admission took %d round trips", s)
 	}
 }
@@ -94,21 +98,25 @@ func TestRedisAdmissionsShareAPipeline(t *testing.T) {
 // store_timeout ends while it waits for a pipeline is taken off the queue.
 func TestRedisAdmissionGoneBeforeItsPipelineNeverRuns(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{RequestsPerMinute: i64(1000), StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	mustAllow(t, l.Admit(bg, "warm", 1))
-	b := pretendBusy(t, l)
+	s := newStore(t, srv.URL(), Options{})
+	c := admission(store.RequestsPerMinute(1000), defTok, 1)
+	mustAdmit(t, s, "warm", c)
+	b := pretendBusy(t, s)
 	ctx, cancel := context.WithCancel(bg)
-	done := make(chan Decision)
-	go func() { done <- l.Admit(ctx, "acme", 1) }()
+	done := make(chan error)
+	go func() {
+		_, err := s.Admit(ctx, "acme", c, 0, time.Time{})
+		done <- err
+	}()
 	waitPending(b, 1)
 	cancel()
-	if d := <-done; !d.Unavailable {
-		t.Fatalf("%+v, want unavailable (on_store_error deny)", d)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want the caller's cancellation", err)
 	}
 	waitPending(b, 0)
 	b.lead(nil) // nothing to send: frees a slot
-	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Requests.Remaining != 999 {
-		t.Fatalf("remaining %d, want 999: the abandoned admission ran", d.Requests.Remaining)
+	if o := mustAdmit(t, s, "acme", c); o.Req/store.Unit != 999 {
+		t.Fatalf("remaining %d, want 999: the abandoned admission ran", o.Req/store.Unit)
 	}
 }
 
@@ -121,11 +129,10 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr)
 	proxy.Latency(time.Millisecond, time.Millisecond)
-	clk := newFakeClock()
+	now := time.Now()
 	const burst = 100_000
-	cfg := Config{RequestsPerMinute: i64(100), TokensPerSecond: i64(1), TokenBurst: i64(burst), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
-	l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()), prefixed("many:"))
-	redisOf(l).maxPending = 1000
+	req, tok := store.RequestsPerMinute(100), store.TokensPerSecond(1, burst)
+	s := newStore(t, "redis://"+proxy.Addr(), Options{Clock: func() time.Time { return now }, MaxPending: 1000})
 
 	const orgs, workers, estimate = 30_000, 64, 500
 	usage := func(i int) int64 {
@@ -138,19 +145,20 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < orgs; i += workers {
-				d := l.Admit(bg, "org"+strconv.Itoa(i), estimate)
-				if !d.Allowed || d.by != chargedShared {
-					t.Errorf("org%d: %+v", i, d)
+				org := "org" + strconv.Itoa(i)
+				o, err := s.Admit(bg, org, admission(req, tok, estimate), 0, now)
+				if !o.Allowed || err != nil {
+					t.Errorf("%s: %+v %v", org, o, err)
 					return
 				}
-				l.Settle(d, usage(i))
+				s.Settle(org, store.Settlement{Req: req, Tok: tok, Delta: usage(i) - estimate}, now)
 			}
 		})
 	}
 	wg.Wait()
-	redisOf(l).drain()
-	if lost, dropped := redisOf(l).lostAnswers.Load(), redisOf(l).dropped.Load(); lost != 0 || dropped != 0 {
-		t.Fatalf("%d settlements lost, %d dropped", lost, dropped)
+	s.drain(t)
+	if st := s.Stats(); st.SettlementsUnanswered != 0 || st.SettlementsDropped != 0 {
+		t.Fatalf("%d settlements lost, %d dropped", st.SettlementsUnanswered, st.SettlementsDropped)
 	}
 
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
@@ -159,14 +167,14 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 		pipe := direct.Pipeline()
 		var cmds []*redis.StringCmd
 		for i := start; i < min(start+1000, orgs); i++ {
-			cmds = append(cmds, pipe.HGet(bg, "many:{org"+strconv.Itoa(i)+"}:b", "t"))
+			cmds = append(cmds, pipe.HGet(bg, "t:{org"+strconv.Itoa(i)+"}:b", "t"))
 		}
 		if _, err := pipe.Exec(bg); err != nil {
 			t.Fatal(err)
 		}
 		for j, cmd := range cmds {
 			i := start + j
-			want := (burst - usage(i)) * unit
+			want := (burst - usage(i)) * store.Unit
 			if got, err := cmd.Int64(); err != nil || got != want {
 				t.Fatalf("org%d: tokens %d (%v), want %d", i, got, err, want)
 			}
@@ -179,21 +187,19 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 // queued still add up.
 func TestRedisSettlementsDroppedOnlyWhileLost(t *testing.T) {
 	srv := redistest.Start(t)
-	l, logs := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()))
-	s := redisOf(l)
-	s.maxPending = 10
+	s := newStore(t, srv.URL(), Options{MaxPending: 10})
 	s.lost.Store(true) // no probe runs: nothing flushes
 	for i := range 15 {
-		s.enqueue("org"+strconv.Itoa(i), defaultLimits, -10, nil)
+		s.enqueue("org"+strconv.Itoa(i), defReq, defTok, -10, nil)
 	}
-	s.enqueue("org1", defaultLimits, 30, nil)
+	s.enqueue("org1", defReq, defTok, 30, nil)
 	s.mu.Lock()
 	n, org1 := len(s.settles), s.settles["org1"].delta
 	s.mu.Unlock()
 	if n != 10 || org1 != 20 || s.dropped.Load() != 5 {
 		t.Fatalf("%d queued, org1 %d, %d dropped", n, org1, s.dropped.Load())
 	}
-	if w := logs.FilterMessage("redis lost and its settlement queue full; dropping settlements").Len(); w != 1 {
+	if w := s.logs.FilterMessage("redis lost and its settlement queue full; dropping settlements").Len(); w != 1 {
 		t.Fatalf("%d warnings, want one per episode", w)
 	}
 }
@@ -208,33 +214,35 @@ func TestRedisSettlementsDroppedOnlyWhileLost(t *testing.T) {
 func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 	srv := redistest.Start(t)
 	const workers, each = 48, 150
-	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(1), TokenBurst: i64(workers * each), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
-	l, _ := newLimiter(t, cfg, newFakeClock(), true, onRedis(srv.URL()))
-	mustAllow(t, l.Admit(bg, "warm", 1))
+	now := time.Now()
+	s := newStore(t, srv.URL(), Options{Clock: func() time.Time { return now }})
+	c := admission(store.Spec{}, store.TokensPerSecond(1, workers*each), 1)
+	mustAdmit(t, s, "warm", c)
 	seen := make([]bool, workers*each)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for range each {
-				d := l.Admit(bg, "acme", 1)
-				if !d.Allowed || d.by != chargedShared {
-					t.Errorf("%+v, want admitted with Redis's answer", d)
+				o, err := s.Admit(bg, "acme", c, 0, now)
+				if !o.Allowed || err != nil {
+					t.Errorf("%+v %v, want admitted with Redis's answer", o, err)
 					return
 				}
+				left := o.Tok / store.Unit
 				mu.Lock()
-				dup := seen[d.Tokens.Remaining]
-				seen[d.Tokens.Remaining] = true
+				dup := seen[left]
+				seen[left] = true
 				mu.Unlock()
 				if dup {
-					t.Errorf("remaining %d answered twice", d.Tokens.Remaining)
+					t.Errorf("remaining %d answered twice", left)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	b := redisOf(l).batcher(redisOf(l).client.(*redis.Client))
+	b := s.batcher(s.client.(*redis.Client))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.inflight != 0 || len(b.pending) != 0 {
@@ -247,13 +255,13 @@ func TestRedisConcurrentLeadersAnswerEveryAdmission(t *testing.T) {
 // lease's give-back riding on it is queued again rather than counted lost.
 func TestRedisCallTakenOffTheQueueIsNotSent(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
-	mustAllow(t, l.Admit(bg, "warm", 1))
-	b := pretendBusy(t, l)
+	s := newStore(t, srv.URL(), Options{})
+	mustAdmit(t, s, "warm", admission(defReq, defTok, 1))
+	b := pretendBusy(t, s)
 	ctx, cancel := context.WithCancel(bg)
 	got := make(chan error)
 	go func() {
-		_, err := b.do(ctx, &scriptCall{node: redisOf(l).client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}}, time.Duration(slow))
+		_, err := b.do(ctx, &scriptCall{node: s.client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}}, slow)
 		got <- err
 	}()
 	waitPending(b, 1)
@@ -270,25 +278,23 @@ func TestRedisCallTakenOffTheQueueIsNotSent(t *testing.T) {
 func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr)
-	l, _ := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis("redis://"+proxy.Addr()))
-	s := redisOf(l)
-	mustAllow(t, l.Admit(bg, "warm", 1)) // the script is loaded, the connection up
-	s.maxPending = 2
+	s := newStore(t, "redis://"+proxy.Addr(), Options{MaxPending: 2})
+	mustAdmit(t, s, "warm", admission(defReq, defTok, 1)) // the script is loaded, the connection up
 	proxy.BlackHole()
-	s.enqueue("org0", defaultLimits, -10, nil) // its flush is stuck for store_timeout
-	eventually(t, func() bool {
+	s.enqueue("org0", defReq, defTok, -10, nil) // its flush is stuck for store_timeout
+	wait.Until(t, "the flush to take org0", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.taken == 1 && len(s.settles) == 0
 	})
-	s.enqueue("org1", defaultLimits, -10, nil)
-	s.enqueue("org2", defaultLimits, -10, nil) // the queue is full
+	s.enqueue("org1", defReq, defTok, -10, nil)
+	s.enqueue("org2", defReq, defTok, -10, nil) // the queue is full
 	done := make(chan struct{})
 	go func() {
-		s.enqueue("org3", defaultLimits, -10, nil)
+		s.enqueue("org3", defReq, defTok, -10, nil)
 		close(done)
 	}()
-	eventually(t, func() bool {
+	wait.Until(t, "the full queue to ask for a flush", func() bool {
 		select {
 		case <-done:
 			t.Fatal("the settlement did not wait for room while Redis counted as up")
@@ -301,7 +307,7 @@ func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 	}
 	select {
 	case <-done:
-	case <-time.After(time.Duration(slow) / 2):
+	case <-time.After(slow / 2):
 		t.Fatal("the settlement still waits for room with Redis lost")
 	}
 	if n := s.dropped.Load(); n != 1 {
@@ -319,9 +325,20 @@ func (noNodes) Ping(ctx context.Context) *redis.StatusCmd { return redis.NewStat
 // error says so, so that a lease's give-back riding on it is queued again
 // rather than counted lost.
 func TestRedisCallWithoutANodeIsNotSent(t *testing.T) {
-	s := &redisStore{client: noNodes{}, timeout: time.Duration(slow)}
+	s := &Store{client: noNodes{}, timeout: slow}
 	_, err := s.run(bg, holdScript, []string{"k"}, "", 1)
 	if err == nil || !notSent(err) {
 		t.Fatalf("error %v: want one that says not sent", err)
 	}
+}
+
+// mustAdmit admits c for org at the server's time, and fails the test
+// unless Redis admitted it.
+func mustAdmit(t *testing.T, s *testStore, org string, c store.Check) store.Outcome {
+	t.Helper()
+	o, err := s.Admit(bg, org, c, 0, time.Time{})
+	if err != nil || !o.Allowed {
+		t.Fatalf("%s: %+v %v, want admitted", org, o, err)
+	}
+	return o
 }

@@ -1,4 +1,4 @@
-package limits
+package redisstore
 
 import (
 	"context"
@@ -66,7 +66,7 @@ const (
 // waited (which has to be woken anyway), so no request pays for another's
 // answer.
 type nodeBatcher struct {
-	s  *redisStore
+	s  *Store
 	mu sync.Mutex
 	// inflight counts the leaders: pipelines in flight or about to be.
 	// Below maxInflight, pending is empty.
@@ -76,7 +76,7 @@ type nodeBatcher struct {
 
 // batcher returns the batcher of node, by address: a cluster client may
 // replace a node's client, the node stays the same.
-func (s *redisStore) batcher(node *redis.Client) *nodeBatcher {
+func (s *Store) batcher(node *redis.Client) *nodeBatcher {
 	addr := node.Options().Addr
 	if b, ok := s.batchers.Load(addr); ok {
 		return b.(*nodeBatcher)
@@ -193,7 +193,7 @@ func (b *nodeBatcher) lead(self *scriptCall) {
 // sent twice: a call whose answer was lost may have run, and a script
 // debits. The pipeline is bounded by store_timeout from now: a caller
 // gone does not cancel the others' admissions.
-func (s *redisStore) pipeline(node *redis.Client, calls []*scriptCall) {
+func (s *Store) pipeline(node *redis.Client, calls []*scriptCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(calls))

@@ -1,0 +1,42 @@
+package redistest
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CountHook is a go-redis hook that counts what a client sends: Sent is
+// round trips (a command or a pipeline each), Scripts the EVAL and EVALSHA
+// commands among them. Add it with client.AddHook.
+type CountHook struct{ Sent, Scripts atomic.Int64 }
+
+// DialHook implements redis.Hook.
+func (h *CountHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (h *CountHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.Sent.Add(1)
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (h *CountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.Sent.Add(1)
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *CountHook) count(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		h.Scripts.Add(1)
+	}
+}

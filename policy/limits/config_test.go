@@ -1,0 +1,45 @@
+package limits
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		err  string // "" for valid
+	}{
+		{"empty uses defaults", Config{}, ""},
+		{"every mode", Config{OnStoreError: "deny", StoreTimeout: caddy.Duration(time.Second)}, ""},
+		{"buckets off", Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(0), TokenBurst: i64(0)}, ""},
+		{"unknown mode", Config{OnStoreError: "fail"}, `on_store_error "fail"`},
+		{"negative timeout", Config{StoreTimeout: -1}, "store_timeout"},
+		{"negative rpm", Config{RequestsPerMinute: i64(-1)}, "requests_per_minute -1"},
+		{"huge burst", Config{TokenBurst: i64(maxLimit + 1)}, "token_burst 10000001"},
+		{"burst 0", Config{TokenBurst: i64(0)}, "token_burst 0"},
+		{"org burst 0", Config{Orgs: map[string]Override{"acme": {TokenBurst: i64(0)}}}, `org "acme": token_burst 0`},
+		{"org negative tps", Config{Orgs: map[string]Override{"acme": {TokensPerSecond: i64(-5)}}}, `org "acme": tokens_per_second -5`},
+		{"redis in limits", Config{Redis: []string{"redis://127.0.0.1:6390"}}, "redis moved from the limits block to the systemone block"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.err == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("Validate: %v, want an error containing %q", err, tc.err)
+			}
+			if _, err := New(tc.cfg, nil, "p:", nil); err == nil {
+				t.Fatal("New accepted an invalid config")
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/systemone/systemone-gateway/internal/redispool"
+	"github.com/systemone/systemone-gateway/internal/redistest"
+	"go.uber.org/zap"
+)
+
+func TestKeyOrg(t *testing.T) {
+	for org, want := range map[string]string{
+		"acme":           "acme",
+		"ünïcode":        "ünïcode",
+		"":               "%e",
+		"a{b}c":          "a%7Bb%7Dc",
+		"50%":            "50%25",
+		"two words\r\n":  "two%20words%0D%0A",
+		"a%7Bb%7Dc":      "a%257Bb%257Dc",
+		"sha256:abcdef0": "sha256:abcdef0",
+	} {
+		if got := keyOrg(org); got != want {
+			t.Errorf("keyOrg(%q) = %q, want %q", org, got, want)
+		}
+	}
+	long := strings.Repeat("x", 500)
+	if got := keyOrg(long); !strings.HasPrefix(got, "%h") || len(got) != 34 || got == keyOrg(long+"y") {
+		t.Errorf("keyOrg(long) = %q, want a distinct %%h hash", got)
+	}
+	s := &Store{prefix: "p:"}
+	b, h := s.keys("a}b{c")
+	if b != "p:{a%7Db%7Bc}:b" || h != "p:{a%7Db%7Bc}:h" {
+		t.Errorf("keys = %q %q", b, h)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		class  string
+		outage bool
+	}{
+		{errBadReply, "script", false},
+		{redis.Nil, "script", false},
+		{errors.New("no route to host"), "connection", true},
+		{context.DeadlineExceeded, "timeout", true},
+		{redis.ErrPoolTimeout, "pool_exhausted", true},
+	} {
+		if class, outage := classify(tc.err); class != tc.class || outage != tc.outage {
+			t.Errorf("classify(%v) = %s %v, want %s %v", tc.err, class, outage, tc.class, tc.outage)
+		}
+	}
+}
+
+// A request whose client went away says nothing about Redis.
+func TestCancelledIsNoFailure(t *testing.T) {
+	s := &Store{logger: zap.NewNop()}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	s.observe(ctx, context.Canceled)
+	if s.failures.Load() != 0 {
+		t.Fatal("a cancelled request counted as a Redis failure")
+	}
+}
+
+// On a cluster the probe pings every master, and a stale slot map's MOVED
+// (the script did not run) is no outage.
+func TestClusterProbeAndMoved(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client, err := redispool.NewClient(cluster.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	s := New(client, "t:", Options{Timeout: slow, Logger: zap.NewNop()})
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.ping(); err != nil {
+		t.Fatalf("cluster probe: %v", err)
+	}
+	cc := client.(*redis.ClusterClient)
+	key, _ := s.keys("acme")
+	owner, err := cc.MasterForKey(bg, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cluster.Nodes {
+		if n.Addr == owner.Options().Addr {
+			continue
+		}
+		wrong := redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer wrong.Close()
+		_, err = admitScript.Run(bg, wrong, []string{key, key}, "", 1, 1, 0, 0, 1, -1, "0", 0).Result()
+		break
+	}
+	s.observe(bg, err)
+	if class, _ := classify(err); class != "moved" || s.failures.Load() != 0 {
+		t.Fatalf("MOVED (%v) classified %s, counted %d failures", err, class, s.failures.Load())
+	}
+}
