@@ -108,7 +108,7 @@ const (
 var StoreErrorModes = []string{StoreErrorLocal, StoreErrorAllow, StoreErrorDeny}
 
 // maxLimit bounds every number so that bucket arithmetic stays exact in the
-// Redis script's doubles (see unit). Ten million requests per minute or
+// Redis script's doubles (see store.Unit). Ten million requests per minute or
 // tokens per second is far beyond any real organization.
 const maxLimit = 10_000_000
 

@@ -303,7 +303,7 @@ func TestLeaseHoldReachesOtherInstances(t *testing.T) {
 // exactly what the usage says.
 func TestLeaseSettlementsRace(t *testing.T) {
 	srv := redistest.Start(t)
-	clk := newFakeClock() // never moves: no refill, every store.Unit is accounted for
+	clk := newFakeClock() // never moves: no refill, every unit is accounted for
 	cfg := Config{RequestsPerMinute: i64(maxLimit), TokensPerSecond: i64(1), TokenBurst: i64(maxLimit)}
 	a := newLeaser(t, cfg, 0.001, time.Second, clk, onRedis(srv.URL()), prefixed("race:"))
 	b := ownProcess(t, newLeaser(t, cfg, 0.001, time.Second, clk, onRedis(srv.URL()), prefixed("race:")))

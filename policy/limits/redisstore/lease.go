@@ -14,20 +14,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// Leases are the local-allowance mode (local_allowance). Per organization, an instance
-// holds at most one lease: units of the requests and token buckets that
-// leaseScript debited from Redis for it. Admissions spend the lease under a
-// mutex, without a round trip. When the lease cannot pay an admission, or
-// its interval has passed, the next admission takes a new one in the same
-// script that gives the old one's rest back (an exchange: no moment sees
-// both or neither), while the admissions that arrive meanwhile wait for
-// that one call. A lease nobody spends is given back by the sweeper,
-// through the settlement queue; until that flush is answered its units are
-// neither here nor in Redis, so the organization's admissions take the
-// exact path meanwhile rather than lease again: an instance never holds
-// more than one lease's units of an organization outside Redis, which is
-// what the documented bound counts on.
-
 // maxLeases bounds the organizations an instance holds leases for, as
 // maxOverLimit does the over-limit table: past it, a newcomer is admitted
 // exactly, one round trip per request, until the sweeper frees a slot.
@@ -39,6 +25,21 @@ const nShards = 32
 // minSweepEvery bounds how often the sweeper runs, whatever the interval.
 const minSweepEvery = 5 * time.Millisecond
 
+// Leases are the local-allowance mode (local_allowance), a store.Store
+// wrapping the Redis store. Per organization, an instance holds at most
+// one lease: units of the requests and token buckets that
+// leaseScript debited from Redis for it. Admissions spend the lease under a
+// mutex, without a round trip. When the lease cannot pay an admission, or
+// its interval has passed, the next admission takes a new one in the same
+// script that gives the old one's rest back (an exchange: no moment sees
+// both or neither), while the admissions that arrive meanwhile wait for
+// that one call. A lease nobody spends is given back by the sweeper,
+// through the settlement queue; until that flush is answered its units are
+// neither here nor in Redis, so the organization's admissions take the
+// exact path meanwhile rather than lease again: an instance never holds
+// more than one lease's units of an organization outside Redis, which is
+// what the documented bound counts on.
+// It is safe for concurrent use.
 type Leases struct {
 	s        *Store
 	now      func() time.Time                       // the Limiter's clock
@@ -55,7 +56,7 @@ type Leases struct {
 	taken atomic.Int64
 	// seqs numbers the leases' changes of hands across every entry, so
 	// that a lease sequence names one lease of one entry (see
-	// Decision.leaseSeq): an entry removed and made anew for the same
+	// store.Outcome.Lease): an entry removed and made anew for the same
 	// organization never reuses one.
 	seqs atomic.Uint64
 
@@ -218,7 +219,7 @@ func (ls *Leases) Stats() store.Stats {
 }
 
 // Close implements store.Store: what the leases hold goes back to Redis with
-// the store's last flush.
+// the store's last flush. Calling it again does nothing.
 func (ls *Leases) Close() error {
 	ls.giveAllBack()
 	return ls.s.Close()
@@ -558,6 +559,10 @@ func (ls *Leases) giveBack(back []giveBackItem) {
 // take the exact path.
 func (ls *Leases) giveAllBack() {
 	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		return
+	}
 	ls.closed = true
 	ls.mu.Unlock()
 	close(ls.done)

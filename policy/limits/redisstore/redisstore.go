@@ -63,7 +63,7 @@ type Client interface {
 
 // Options are a Store's settings; zero values take the defaults.
 type Options struct {
-	// Timeout bounds each call to Redis (store_timeout); required.
+	// Timeout bounds each call to Redis (store_timeout): 50ms by default.
 	Timeout time.Duration
 	// Logger receives `redis lost`, `redis back` and the settlements'
 	// warnings; nil logs nothing.
@@ -117,9 +117,9 @@ type Store struct {
 	// have run, and are not sent again; dropped counts those never sent
 	// (Redis lost and the queue full).
 	lostAnswers, dropped atomic.Int64
-	// sending counts the organizations' settlements and holds a flush has
-	// taken and not yet seen answered (see Stats' Pending).
-	sending atomic.Int64
+	// sending counts the settlements and holds a flush has taken and not
+	// yet finished with (see Stats' Pending); guarded by mu.
+	sending int64
 	// taken counts the flushes that took the queue (guarded by mu);
 	// flushed is the last of them whose scripts have been answered, with
 	// every lease give-back sent. What settle queues is sent by flush
@@ -138,7 +138,7 @@ type pendingSettle struct {
 	req, tok store.Spec          // the buckets, as the latest settlement had them
 	delta    int64               // tokens
 	spend    []store.SpendSettle // by period and minute
-	// reqBack and tokBack are units of leases given back (see leases).
+	// reqBack and tokBack are units of leases given back (see Leases).
 	reqBack, tokBack int64
 }
 
@@ -161,7 +161,7 @@ func New(client Client, prefix string, o Options) *Store {
 	s := &Store{
 		client:      client,
 		prefix:      prefix,
-		timeout:     o.Timeout,
+		timeout:     cmp.Or(o.Timeout, 50*time.Millisecond),
 		logger:      o.Logger,
 		now:         o.Clock,
 		probeMin:    cmp.Or(o.ProbeMin, 100*time.Millisecond),
@@ -475,10 +475,10 @@ func (s *Store) Up() bool { return !s.lost.Load() }
 // Stats implements store.Store.
 func (s *Store) Stats() store.Stats {
 	s.mu.Lock()
-	queued := len(s.settles) + len(s.holds)
+	pending := int64(len(s.settles)+len(s.holds)) + s.sending
 	s.mu.Unlock()
 	return store.Stats{SettlementsDropped: s.dropped.Load(), SettlementsUnanswered: s.lostAnswers.Load(),
-		Pending: int64(queued) + s.sending.Load()}
+		Pending: pending}
 }
 
 // countDropped counts n settlements or holds never sent.
@@ -688,18 +688,13 @@ func (s *Store) flush() {
 	s.taken++
 	epoch := s.taken
 	taken := int64(len(settles) + len(holds))
-	s.sending.Add(taken)
+	s.sending += taken
 	s.space.Broadcast()
 	s.mu.Unlock()
 	// flushed advances only past a flush that left no lease give-back
 	// unsent: one queued again below rides in a later flush, and its
 	// organization stays on exact admission until that one is answered.
 	backLeft := false
-	defer func() {
-		if !backLeft {
-			s.flushed.Store(epoch)
-		}
-	}()
 
 	ctx := context.Background()
 	clock := s.clockArg()
@@ -718,9 +713,11 @@ func (s *Store) flush() {
 	// Per node, in the order of the queue.
 	byNode := make(map[string][]*scriptCall)
 	var nodes []string
+	var nodeErr error
 	for _, c := range calls {
 		node, err := s.node(ctx, c.keys[0])
 		if err != nil {
+			nodeErr = cmp.Or(nodeErr, err)
 			continue // not sent: queued again below
 		}
 		c.node = node
@@ -729,6 +726,12 @@ func (s *Store) flush() {
 			nodes = append(nodes, addr)
 		}
 		byNode[addr] = append(byNode[addr], c)
+	}
+	if nodeErr != nil {
+		// No node for a key (a cluster whose slot map cannot load): an
+		// outage like any other, or an idle gateway would retry it for
+		// ever without Redis ever counting as lost.
+		s.observe(ctx, nodeErr)
 	}
 	for _, addr := range nodes {
 		for chunk := range slices.Chunk(byNode[addr], flushLimit) {
@@ -777,10 +780,17 @@ func (s *Store) flush() {
 			s.settles[org] = p
 		}
 	}
-	s.sending.Add(-taken)
 	s.mu.Unlock()
 	s.abandon(abandoned)
 	s.unanswered(lost)
+	if !backLeft {
+		s.flushed.Store(epoch)
+	}
+	// Last: Pending reaches 0 only once the flush is done with, counts
+	// and flush number included.
+	s.mu.Lock()
+	s.sending -= taken
+	s.mu.Unlock()
 	if requeued > 0 {
 		// Try again after the pause, traffic or not: the failures count
 		// towards Redis lost, and then the probe takes over.

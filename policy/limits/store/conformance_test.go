@@ -46,7 +46,7 @@ func TestStoresAgree(t *testing.T) {
 	srv := redistest.Start(t)
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			clk := &clock{t: time.Date(2026, 11, 23, 23, 50, 0, 0, time.UTC)}
+			clk := &clock{t: time.Date(2026, 11, 23, 23, 59, 30, 0, time.UTC)}
 			mem := memstore.New()
 			t.Cleanup(func() { _ = mem.Close() })
 			client, err := redispool.NewClient([]string{srv.URL()})
@@ -68,7 +68,7 @@ func agree(t *testing.T, rng *rand.Rand, clk *clock, mem store.Store, red *redis
 	// Small buckets and a small budget, so that refusals, debts, holds and
 	// the budget's edge all come up within a few hundred steps.
 	req, tok := store.RequestsPerMinute(20), store.TokensPerSecond(50, 400)
-	const budget = 2_000_000 // nano-yuan
+	const budget = 1_000_000 // nano-yuan
 	type admitted struct {
 		org   string
 		c     store.Check
@@ -97,6 +97,9 @@ func agree(t *testing.T, rng *rand.Rand, clk *clock, mem store.Store, red *redis
 			}
 			if rng.IntN(2) == 0 {
 				c.Budget = store.BudgetCheck{Limit: budget, Cost: rng.Int64N(400_000), Periods: periods(now)}
+				if op == 5 {
+					c.Budget.Cost = -1 // read only, as for a request that is no evaluation
+				}
 			}
 			om, errm := mem.Admit(ctx, org, c, 0, now)
 			or, errr := red.Admit(ctx, org, c, 0, now)
@@ -117,6 +120,9 @@ func agree(t *testing.T, rng *rand.Rand, clk *clock, mem store.Store, red *redis
 				seen["requests"]++
 			case om.TokWait > 0:
 				seen["tokens"]++
+			}
+			if c.Budget.On() && now.Day() == 24 {
+				seen["next day"]++
 			}
 			if om.Allowed && (c.UsesTok() || c.Budget.On()) {
 				a := admitted{org: org, c: c, o: om}
@@ -148,11 +154,11 @@ func agree(t *testing.T, rng *rand.Rand, clk *clock, mem store.Store, red *redis
 			mem.Hold(org, d, now)
 			red.Hold(org, d, now)
 			waitSent(t, red)
-		default: // time passes, across midnight in the end
+		default: // time passes, across midnight
 			clk.advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
 		}
 	}
-	for _, k := range []string{"allowed", "budget", "hold", "requests", "tokens", "settled"} {
+	for _, k := range []string{"allowed", "budget", "hold", "requests", "tokens", "settled", "next day"} {
 		if seen[k] == 0 {
 			t.Errorf("no step came to %q: %v", k, seen)
 		}

@@ -16,8 +16,10 @@ type Stats struct {
 	// sent again.
 	SettlementsUnanswered int64
 	// Pending is a gauge, not a count: the settlements and holds queued
-	// for Redis now, or sent and not yet answered (organizations; 0 in
-	// process). It grows while Redis is lost. ProcessStats leaves it 0.
+	// for Redis now (one per organization and kind), or taken by a flush
+	// that is not done with them yet (0 in process). An organization may
+	// count twice while a flush puts back what it could not send. It
+	// grows while Redis is lost. ProcessStats leaves it 0.
 	Pending int64
 }
 

@@ -35,7 +35,7 @@ type Store interface {
 	// Stats are the store's counts of what it could not send.
 	Stats() Stats
 	// Close sends what the store still owes and stops its background
-	// work.
+	// work. Calling it again does nothing.
 	Close() error
 }
 
