@@ -32,8 +32,9 @@ func versionBody(state string) string {
 const cacheRoute = "\t\troute {\n\t\t\tpin service-1.0.0 {\n\t\t\t\tnoul 0.8\n\t\t\t}\n\t\t}\n"
 
 // cacheCounts reads systemone_cache_requests_total from a metrics endpoint:
-// hits and misses so far (the counters are the process's).
-func cacheCounts(t *testing.T, metricsURL string) (hits, misses float64) {
+// hits and misses so far (the counters are the process's), and the
+// evaluations systemone_requests_total counts as answered from the cache.
+func cacheCounts(t *testing.T, metricsURL string) (hits, misses, cached float64) {
 	t.Helper()
 	resp, err := http.Get(metricsURL)
 	if err != nil {
@@ -48,8 +49,12 @@ func cacheCounts(t *testing.T, metricsURL string) (hits, misses float64) {
 				*into, _ = strconv.ParseFloat(v, 64)
 			}
 		}
+		if strings.HasPrefix(line, "systemone_requests_total{") && strings.Contains(line, `outcome="cached"`) {
+			n, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			cached += n
+		}
 	}
-	return hits, misses
+	return hits, misses, cached
 }
 
 // A hit answers the stored status, Content-Type, body bytes and
@@ -64,7 +69,7 @@ func TestCacheHitSkipsOnlyTheUpstream(t *testing.T) {
 	metricsPort := gatewaytest.FreePort(t)
 	g := gatewaytest.Load(t, sites+fmt.Sprintf(":%d {\n\tmetrics\n}\n", metricsPort))
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	hits0, misses0 := cacheCounts(t, metricsURL)
+	hits0, misses0, cached0 := cacheCounts(t, metricsURL)
 
 	body := versionBody("The parcel arrived two days late.")
 	first, firstBody := post(t, url, "cache-key", body, "X-Simulator-Confidence", `{"q":0.95}`)
@@ -133,9 +138,10 @@ func TestCacheHitSkipsOnlyTheUpstream(t *testing.T) {
 	if hit["budget_remaining_yuan"] != miss["budget_remaining_yuan"] {
 		t.Errorf("budget_remaining_yuan %v after the hit, %v after the miss", hit["budget_remaining_yuan"], miss["budget_remaining_yuan"])
 	}
-	hits, misses := cacheCounts(t, metricsURL)
-	if hits-hits0 != 2 || misses-misses0 != 1 {
-		t.Errorf("systemone_cache_requests_total: +%v hits, +%v misses, want +2 and +1", hits-hits0, misses-misses0)
+	hits, misses, cached := cacheCounts(t, metricsURL)
+	if hits-hits0 != 2 || misses-misses0 != 1 || cached-cached0 != 2 {
+		t.Errorf("systemone_cache_requests_total: +%v hits, +%v misses, and +%v requests_total{outcome=\"cached\"}, want +2, +1 and +2",
+			hits-hits0, misses-misses0, cached-cached0)
 	}
 
 	// A request the gateway refuses before the upstream step carries no

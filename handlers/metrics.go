@@ -154,8 +154,11 @@ func (m *metrics) limitRejected(d limits.Decision, org string) {
 // observe counts one finished evaluation request.
 func (m *metrics) observe(x *exchange, org string) {
 	outcome := "forwarded"
-	if x.reject != "" {
+	switch {
+	case x.reject != "":
 		outcome = x.reject
+	case x.cache == cacheHit:
+		outcome = "cached" // answered without the upstream
 	}
 	routeName := ""
 	if x.route != nil {
@@ -270,7 +273,7 @@ var (
 		"Lease calls to Redis that granted a slice of an organization's buckets (local_allowance).",
 		nil, nil)
 	settlementsPendingDesc = prometheus.NewDesc(namespace+"_limit_settlements_pending",
-		"Organizations whose settlements or holds wait for Redis: queued, or sent and not yet answered. Near 0 while Redis answers; it grows while Redis is lost, and settlements past 100,000 organizations are dropped.",
+		"Settlements and holds waiting for Redis (one per organization and kind): queued, or sent and not yet answered. Near 0 while Redis answers; it grows while Redis is lost, and past 100,000 queued new ones are dropped.",
 		nil, nil)
 	settlementsLostDesc = prometheus.NewDesc(namespace+"_limit_settlements_lost_total",
 		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost; not sent again).",
