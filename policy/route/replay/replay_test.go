@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,13 +307,13 @@ func TestCommand(t *testing.T) {
 	// Two entries fail: the lines of the others are written, the summary
 	// is the last line on standard error, and the exit status is 1. The
 	// waits are the command's, not taken.
-	waited := 0
-	commandSleep = func(context.Context, time.Duration) error { waited++; return nil }
+	var waited atomic.Int64 // the replay's workers wait concurrently
+	commandSleep = func(context.Context, time.Duration) error { waited.Add(1); return nil }
 	t.Cleanup(func() { commandSleep = sleep })
 	out := t.TempDir() + "/replayed.ndjson"
 	stdout, stderr, err := runCommand(t, "k", "--review", f.review.URL+"/review", "--upstream", f.upstream.URL, "--model", "service-2.0.0", "--out", out, "--price", "1")
-	if err == nil || stdout != "" || waited != 4 {
-		t.Errorf("with failures: err %v, stdout %q, %d waits", err, stdout, waited)
+	if err == nil || stdout != "" || waited.Load() != 4 {
+		t.Errorf("with failures: err %v, stdout %q, %d waits", err, stdout, waited.Load())
 	}
 	errLines := strings.Split(strings.TrimSpace(stderr), "\n")
 	last := errLines[len(errLines)-1]
