@@ -15,6 +15,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/testclock"
 	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 )
 
@@ -186,9 +187,9 @@ func TestPeriods(t *testing.T) {
 }
 
 func TestBudget(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(budgetConfig(PerDay, ""))
-		clk.set(time.Date(2026, 11, 23, 18, 0, 30, 0, time.UTC))
+		clk.Set(time.Date(2026, 11, 23, 18, 0, 30, 0, time.UTC))
 		const msg = "Budget exceeded: 0.01 yuan per day for organization acme, resets at 2026-11-24T00:00:00Z"
 		var admitted []Decision
 		for i := range 5 { // 2,000 tokens reserve 0.002 yuan each
@@ -240,7 +241,7 @@ func TestBudget(t *testing.T) {
 		}
 		// Another org, another budget; the next day, a fresh one.
 		mustAllow(t, l.Admit(bg, "other", 1))
-		clk.set(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
+		clk.Set(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
 		d = mustAllow(t, l.Admit(bg, "acme", 1))
 		mustSpend(t, d, 0, 1000, 1000)
 		if d.Budget.Reset.Format(time.RFC3339) != "2026-11-25T00:00:00Z" {
@@ -265,17 +266,17 @@ func TestBudgetPeriodBoundaries(t *testing.T) {
 			"2026-12-01T00:00:00+08:00", "2027-01-01T00:00:00+08:00"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+			stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 				l, clk := mk(budgetConfig(tc.per, tc.zone))
-				clk.set(tc.before.Add(-time.Minute))
+				clk.Set(tc.before.Add(-time.Minute))
 				settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10_000) // the whole budget
-				clk.set(tc.before)
+				clk.Set(tc.before)
 				d := l.Admit(bg, "acme", 1)
 				mustRefuseBudget(t, d, "Budget exceeded: 0.01 yuan per "+tc.per+" for organization acme, resets at "+tc.reset)
 				if d.RetryAfter != time.Second {
 					t.Errorf("retry after %s", d.RetryAfter)
 				}
-				clk.advance(2 * time.Second)
+				clk.Advance(2 * time.Second)
 				d = mustAllow(t, l.Admit(bg, "acme", 1))
 				mustSpend(t, d, 0, 1000, 1000)
 				h := http.Header{}
@@ -285,9 +286,9 @@ func TestBudgetPeriodBoundaries(t *testing.T) {
 				}
 				// A request admitted before the boundary settles in its
 				// own period, not in the new one.
-				clk.set(tc.before)
+				clk.Set(tc.before)
 				late := mustAllow(t, l.Admit(bg, "late", 1000))
-				clk.advance(2 * time.Second)
+				clk.Advance(2 * time.Second)
 				settle(l, late, 10_000)
 				mustSpend(t, mustAllow(t, l.Admit(bg, "late", 0)), 0, 0, 0)
 			})
@@ -302,12 +303,12 @@ func TestRedisBudgetServerClock(t *testing.T) {
 	cfg := budgetConfig(PerDay, "")
 	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
 	gw, server := newFakeClock(), newFakeClock()
-	l, _ := newLimiter(t, cfg, gw, false, onRedis(srv.URL()), tuned(func(o *redisstore.Options) { o.Clock = server.now }))
-	gw.set(time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC))
-	server.set(gw.now())
+	l, _ := newLimiter(t, cfg, gw, false, onRedis(srv.URL()), tuned(func(o *redisstore.Options) { o.Clock = server.Now }))
+	gw.Set(time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC))
+	server.Set(gw.Now())
 	settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 10_000)
-	gw.set(time.Date(2026, 11, 23, 23, 59, 59, 500_000_000, time.UTC))  // still the 23rd here
-	server.set(time.Date(2026, 11, 24, 0, 0, 0, 500_000_000, time.UTC)) // the 24th in Redis
+	gw.Set(time.Date(2026, 11, 23, 23, 59, 59, 500_000_000, time.UTC))  // still the 23rd here
+	server.Set(time.Date(2026, 11, 24, 0, 0, 0, 500_000_000, time.UTC)) // the 24th in Redis
 	d := mustAllow(t, l.Admit(bg, "acme", 1000))
 	if d.Budget.Reset.Format(time.RFC3339) != "2026-11-25T00:00:00Z" || d.spend.Period != "2026-11-24" {
 		t.Fatalf("period %s, reset %s; want the 24th", d.spend.Period, d.Budget.Reset)
@@ -317,8 +318,8 @@ func TestRedisBudgetServerClock(t *testing.T) {
 		t.Fatalf("spent on the 24th: %q", reply)
 	}
 	// And the other way: a gateway ahead of Redis charges the day Redis is in.
-	gw.set(time.Date(2026, 11, 25, 0, 0, 1, 0, time.UTC))
-	server.set(time.Date(2026, 11, 24, 23, 59, 59, 0, time.UTC))
+	gw.Set(time.Date(2026, 11, 25, 0, 0, 1, 0, time.UTC))
+	server.Set(time.Date(2026, 11, 24, 23, 59, 59, 0, time.UTC))
 	mustRefuseBudget(t, l.Admit(bg, "acme", 1), "Budget exceeded: 0.01 yuan per day for organization acme, resets at 2026-11-25T00:00:00Z")
 }
 
@@ -326,14 +327,14 @@ func TestRedisBudgetServerClock(t *testing.T) {
 // settlement lost with Redis) lapses after 10 to 11 minutes; a settlement
 // that comes later still charges.
 func TestBudgetReservationLapses(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(budgetConfig(PerMonth, ""))
-		clk.set(time.Date(2026, 11, 23, 18, 0, 30, 0, time.UTC))
+		clk.Set(time.Date(2026, 11, 23, 18, 0, 30, 0, time.UTC))
 		lost := mustAllow(t, l.Admit(bg, "acme", 10_000))
 		mustRefuseBudget(t, l.Admit(bg, "acme", 1), "Budget exceeded: 0.01 yuan per month for organization acme, resets at 2026-12-01T00:00:00Z")
-		clk.set(time.Date(2026, 11, 23, 18, 10, 59, 0, time.UTC))
+		clk.Set(time.Date(2026, 11, 23, 18, 10, 59, 0, time.UTC))
 		mustSpend(t, l.Admit(bg, "acme", -1), 0, 10_000_000, 0) // refused: still held
-		clk.set(time.Date(2026, 11, 23, 18, 11, 0, 0, time.UTC))
+		clk.Set(time.Date(2026, 11, 23, 18, 11, 0, 0, time.UTC))
 		d := mustAllow(t, l.Admit(bg, "acme", 1000))
 		mustSpend(t, d, 0, 1_000_000, 1_000_000)
 		settle(l, lost, 3000)
@@ -345,7 +346,7 @@ func TestBudgetReservationLapses(t *testing.T) {
 // that an org over its budget cannot make the gateway parse bodies for
 // free; once the requests bucket is empty, its 429 comes first.
 func TestBudgetRefusalCountsOneRequest(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		cfg := budgetConfig(PerDay, "")
 		cfg.RequestsPerMinute, cfg.TokensPerSecond = i64(3), i64(1)
 		l, _ := mk(cfg)
@@ -368,7 +369,7 @@ func TestBudgetRefusalCountsOneRequest(t *testing.T) {
 
 // AdmitRequest reports the budget but neither consults nor reserves it.
 func TestBudgetAdmitRequestReportsOnly(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, _ := mk(budgetConfig(PerDay, ""))
 		settle(l, mustAllow(t, l.Admit(bg, "acme", 1)), 10_000)
 		d := mustAllow(t, l.AdmitRequest(bg, "acme"))
@@ -379,14 +380,14 @@ func TestBudgetAdmitRequestReportsOnly(t *testing.T) {
 }
 
 func TestBudgetOrgOverrides(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		cfg := budgetConfig(PerMonth, "Asia/Shanghai")
 		cfg.Orgs = map[string]Override{
 			"big":  {Budget: &Budget{Yuan: 2 * nanoPerYuan, Per: PerDay}},
 			"free": {Budget: &Budget{}},
 		}
 		l, clk := mk(cfg)
-		clk.set(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+		clk.Set(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
 		d := mustAllow(t, l.Admit(bg, "big", 100_000))
 		if d.Budget.Limit != 2*nanoPerYuan || d.Budget.Per != PerDay || d.Budget.Reset.Format(time.RFC3339) != "2026-11-24T00:00:00+08:00" {
 			t.Fatalf("big: %+v", d.Budget)
@@ -521,7 +522,7 @@ func TestRedisBudgetKeys(t *testing.T) {
 	cfg.StoreTimeout = slow
 	clk := newFakeClock()
 	l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()), prefixed("ttl:"))
-	clk.set(time.Date(2026, 11, 23, 23, 0, 0, 0, time.UTC))
+	clk.Set(time.Date(2026, 11, 23, 23, 0, 0, 0, time.UTC))
 	d := mustAllow(t, l.Admit(bg, "acme", 1000))
 	key := "ttl:{acme}:budget:2026-11-23"
 	reply, _ := srv.Do("PTTL", key)
@@ -566,7 +567,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 			cfg := budgetConfig(PerDay, "")
 			cfg.OnStoreError, cfg.StoreTimeout = mode, slow
 			clk := newFakeClock()
-			clk.set(time.Date(2026, 11, 23, 12, 0, 30, 0, time.UTC))
+			clk.Set(time.Date(2026, 11, 23, 12, 0, 30, 0, time.UTC))
 			l, _ := newLimiter(t, cfg, clk, true, onRedis("redis://"+proxy.Addr()))
 			settle(l, mustAllow(t, l.Admit(bg, "acme", 1000)), 4000)
 			inflight := mustAllow(t, l.Admit(bg, "acme", 1000))
@@ -628,7 +629,7 @@ func TestRedisBudgetStoreError(t *testing.T) {
 				t.Fatalf("not back on Redis: %+v", d)
 			}
 			mustSpend(t, d, spent, 1_000_000, 0)
-			clk.advance(11 * time.Minute)
+			clk.Advance(11 * time.Minute)
 			mustSpend(t, l.Admit(bg, "acme", 0), spent, 0, 0)
 		})
 	}

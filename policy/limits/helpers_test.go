@@ -10,38 +10,14 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
+	"github.com/systemone/systemone-gateway/internal/testclock"
 	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/policy/limits/memstore"
 	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 )
 
-// fakeClock is a clock the test moves.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Now().Round(0)} // wall clock only: the test moves it
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newFakeClock is a clock the test moves, at the wall clock's now.
+func newFakeClock() *testclock.Clock { return testclock.New(time.Time{}) }
 
 func i64(v int64) *int64 { return &v }
 
@@ -79,7 +55,7 @@ type testClient struct {
 // newLimiter builds a Limiter on clk (in process, and for Redis's scripts
 // too when pinRedis), in a key namespace of its own unless an option names
 // one. Its Redis store's probe backs off from 1ms to 10ms.
-func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ...option) (*Limiter, *observer.ObservedLogs) {
+func newLimiter(t testing.TB, cfg Config, clk *testclock.Clock, pinRedis bool, opts ...option) (*Limiter, *observer.ObservedLogs) {
 	t.Helper()
 	sh := shared{prefix: t.Name() + ":", redis: redisstore.Options{ProbeMin: time.Millisecond, ProbeMax: 10 * time.Millisecond}}
 	for _, o := range opts {
@@ -95,7 +71,7 @@ func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ..
 	core, logs := observer.New(zap.DebugLevel)
 	sh.redis.Logger = zap.New(core)
 	if clk != nil && pinRedis {
-		sh.redis.Clock = clk.now
+		sh.redis.Clock = clk.Now
 	}
 	var client RedisClient
 	if rdb != nil {
@@ -121,7 +97,7 @@ func newLimiter(t testing.TB, cfg Config, clk *fakeClock, pinRedis bool, opts ..
 		}
 	})
 	if clk != nil {
-		l.now = clk.now
+		l.now = clk.Now
 	}
 	return l, logs
 }
@@ -164,12 +140,6 @@ func drain(l *Limiter) {
 		}
 		time.Sleep(500 * time.Microsecond)
 	}
-}
-
-// leasesOf is l's leases (local_allowance), nil without them.
-func leasesOf(l *Limiter) *redisstore.Leases {
-	ls, _ := l.shared.(*redisstore.Leases)
-	return ls
 }
 
 // eventually waits until cond holds.

@@ -12,13 +12,14 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/testclock"
 )
 
 // stores runs a test against the in-process store and against Redis, both on
 // a clock the test moves (the Redis scripts get it instead of TIME).
-func stores(t *testing.T, test func(t *testing.T, mk func(Config) (*Limiter, *fakeClock))) {
+func stores(t *testing.T, test func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock))) {
 	t.Run("inprocess", func(t *testing.T) {
-		test(t, func(cfg Config) (*Limiter, *fakeClock) {
+		test(t, func(cfg Config) (*Limiter, *testclock.Clock) {
 			clk := newFakeClock()
 			l, _ := newLimiter(t, cfg, clk, true)
 			return l, clk
@@ -26,7 +27,7 @@ func stores(t *testing.T, test func(t *testing.T, mk func(Config) (*Limiter, *fa
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		test(t, func(cfg Config) (*Limiter, *fakeClock) {
+		test(t, func(cfg Config) (*Limiter, *testclock.Clock) {
 			cfg.OnStoreError = StoreErrorDeny // a Redis failure must show
 			// These tests are about arithmetic, not timeouts: a loaded
 			// machine running -race must not time a call out.
@@ -71,7 +72,7 @@ func hold(l *Limiter, org string, d time.Duration) {
 }
 
 func TestRequestsBucket(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(Config{})
 		for i := range 300 {
 			d := mustAllow(t, l.Admit(bg, "acme", 10))
@@ -82,12 +83,12 @@ func TestRequestsBucket(t *testing.T) {
 		// 5 requests per second: the next one in 200ms, announced as 1s.
 		mustRefuse(t, l.Admit(bg, "acme", 10), time.Second, "Rate limit exceeded: 300 requests per minute for organization acme")
 		mustAllow(t, l.Admit(bg, "other", 10))
-		clk.advance(199 * time.Millisecond)
+		clk.Advance(199 * time.Millisecond)
 		mustRefuse(t, l.Admit(bg, "acme", 10), time.Second, "Rate limit exceeded: 300 requests per minute for organization acme")
-		clk.advance(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		mustAllow(t, l.Admit(bg, "acme", 10))
 		mustRefuse(t, l.Admit(bg, "acme", 10), time.Second, "Rate limit exceeded: 300 requests per minute for organization acme")
-		clk.advance(time.Minute)
+		clk.Advance(time.Minute)
 		if d := mustAllow(t, l.Admit(bg, "acme", 10)); d.Requests.Remaining != 299 {
 			t.Fatalf("after a minute: %+v, want a full bucket", d.Requests)
 		}
@@ -95,7 +96,7 @@ func TestRequestsBucket(t *testing.T) {
 }
 
 func TestRetryAfterWaitsForBothBuckets(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, _ := mk(Config{RequestsPerMinute: i64(1), TokensPerSecond: i64(10), TokenBurst: i64(1000)})
 		mustAllow(t, l.Admit(bg, "acme", 1000))
 		// Requests: 60s; tokens: 100s for 1000 at 10/s. Both must pay.
@@ -106,7 +107,7 @@ func TestRetryAfterWaitsForBothBuckets(t *testing.T) {
 }
 
 func TestLargeRequestIsCappedAtBurst(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(Config{}) // 1000 tokens/s, burst 64000
 		d := mustAllow(t, l.Admit(bg, "acme", 200_000))
 		if d.Charged != 64000 || d.Tokens != (Quota{64000, 0}) {
@@ -114,7 +115,7 @@ func TestLargeRequestIsCappedAtBurst(t *testing.T) {
 		}
 		mustRefuse(t, l.Admit(bg, "acme", 1), time.Second, "Rate limit exceeded: 1000 input tokens per second for organization acme")
 		mustRefuse(t, l.Admit(bg, "acme", 64000), 64*time.Second, "Rate limit exceeded: 1000 input tokens per second for organization acme")
-		clk.advance(64 * time.Second)
+		clk.Advance(64 * time.Second)
 		if d := mustAllow(t, l.Admit(bg, "acme", 64000)); d.Charged != 64000 {
 			t.Fatalf("charged %d", d.Charged)
 		}
@@ -122,7 +123,7 @@ func TestLargeRequestIsCappedAtBurst(t *testing.T) {
 }
 
 func TestSettle(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, _ := mk(Config{RequestsPerMinute: i64(0)})
 		tokens := func() int64 { t.Helper(); return mustAllow(t, l.Admit(bg, "acme", 0)).Tokens.Remaining }
 
@@ -151,7 +152,7 @@ func TestSettle(t *testing.T) {
 }
 
 func TestDebtIsFlooredAtOneBucket(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(100), TokenBurst: i64(1000)})
 		d := mustAllow(t, l.Admit(bg, "acme", 1000))
 		settle(l, d, 1_000_000_000)
@@ -161,13 +162,13 @@ func TestDebtIsFlooredAtOneBucket(t *testing.T) {
 		if d.Allowed || d.Tokens.Remaining != 0 {
 			t.Fatalf("an org in debt was admitted or reported tokens: %+v", d)
 		}
-		clk.advance(10010 * time.Millisecond)
+		clk.Advance(10010 * time.Millisecond)
 		mustAllow(t, l.Admit(bg, "acme", 1))
 	})
 }
 
 func TestOrgOverrides(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, _ := mk(Config{
 			RequestsPerMinute: i64(100),
 			Orgs: map[string]Override{
@@ -193,7 +194,7 @@ func TestOrgOverrides(t *testing.T) {
 }
 
 func TestBucketOff(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, _ := mk(Config{RequestsPerMinute: i64(0), Orgs: map[string]Override{"notokens": {RequestsPerMinute: i64(5), TokensPerSecond: i64(0)}}})
 		for range 1000 {
 			d := mustAllow(t, l.Admit(bg, "acme", 1))
@@ -211,21 +212,21 @@ func TestBucketOff(t *testing.T) {
 }
 
 func TestHold(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(Config{})
 		hold(l, "acme", 7*time.Second)
 		mustRefuse(t, l.Admit(bg, "acme", 1), 7*time.Second, "Rate limit exceeded: the upstream limited organization acme; retry after 7s")
 		mustAllow(t, l.AdmitRequest(bg, "acme")) // GET /v1/models is not held
 		mustAllow(t, l.Admit(bg, "other", 1))
 		hold(l, "acme", 2*time.Second) // a shorter hold does not shorten it
-		clk.advance(6500 * time.Millisecond)
+		clk.Advance(6500 * time.Millisecond)
 		mustRefuse(t, l.Admit(bg, "acme", 1), time.Second, "Rate limit exceeded: the upstream limited organization acme; retry after 1s")
-		clk.advance(500 * time.Millisecond)
+		clk.Advance(500 * time.Millisecond)
 		mustAllow(t, l.Admit(bg, "acme", 1))
 
 		hold(l, "acme", 0) // no retry-after: one second
 		mustRefuse(t, l.Admit(bg, "acme", 1), time.Second, "Rate limit exceeded: the upstream limited organization acme; retry after 1s")
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		mustAllow(t, l.Admit(bg, "acme", 1))
 
 		hold(l, "acme", 1000*time.Hour) // capped at an hour
@@ -234,7 +235,7 @@ func TestHold(t *testing.T) {
 }
 
 func TestAdmitRequestUsesRequestsOnly(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(Config{RequestsPerMinute: i64(3), TokensPerSecond: i64(1), TokenBurst: i64(10)})
 		mustAllow(t, l.Admit(bg, "acme", 10))
 		// Refused on its tokens, the request still counts one request.
@@ -250,9 +251,9 @@ func TestAdmitRequestUsesRequestsOnly(t *testing.T) {
 		}
 		mustRefuse(t, l.AdmitRequest(bg, "acme"), 20*time.Second, "Rate limit exceeded: 3 requests per minute for organization acme")
 		// Requests-only admissions must not stall the token bucket's refill.
-		clk.advance(20 * time.Second)
+		clk.Advance(20 * time.Second)
 		mustAllow(t, l.AdmitRequest(bg, "acme"))
-		clk.advance(20 * time.Second)
+		clk.Advance(20 * time.Second)
 		if d := mustAllow(t, l.Admit(bg, "acme", 0)); d.Tokens.Remaining != 10 {
 			t.Fatalf("tokens after 20s: %+v, want a full bucket", d.Tokens)
 		}
@@ -260,7 +261,7 @@ func TestAdmitRequestUsesRequestsOnly(t *testing.T) {
 }
 
 func TestConcurrentAdmissionsAreExact(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, _ := mk(Config{TokenBurst: i64(100_000)})
 		var admitted, tokens atomic.Int64
 		var wg sync.WaitGroup
@@ -288,7 +289,7 @@ func TestConcurrentAdmissionsAreExact(t *testing.T) {
 }
 
 func TestSettleIgnoresWhatChargedNothing(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, _ := mk(Config{RequestsPerMinute: i64(1)})
 		mustAllow(t, l.Admit(bg, "acme", 100))
 		refused := l.Admit(bg, "acme", 100)
@@ -334,7 +335,7 @@ func TestInProcessStateSurvivesReload(t *testing.T) {
 	}
 	// Same empty bucket, new limits: 120 per minute refill 2 per second.
 	mustRefuse(t, next.Admit(bg, "acme", 1), time.Second, "Rate limit exceeded: 120 requests per minute for organization acme")
-	clk.advance(500 * time.Millisecond)
+	clk.Advance(500 * time.Millisecond)
 	if d := mustAllow(t, next.Admit(bg, "acme", 1)); d.Requests != (Quota{120, 0}) {
 		t.Fatalf("%+v", d.Requests)
 	}
@@ -346,7 +347,7 @@ func TestInProcessStateSurvivesReload(t *testing.T) {
 // the bucket refills one request: KnownOver answers without a store, with
 // the retry-after left, and never for a refusal by another bucket or a hold.
 func TestKnownOver(t *testing.T) {
-	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *fakeClock)) {
+	stores(t, func(t *testing.T, mk func(Config) (*Limiter, *testclock.Clock)) {
 		l, clk := mk(Config{RequestsPerMinute: i64(2), TokensPerSecond: i64(1), TokenBurst: i64(10)})
 		if _, over := l.KnownOver("acme"); over {
 			t.Fatal("an org never refused is known over")
@@ -372,7 +373,7 @@ func TestKnownOver(t *testing.T) {
 			d.Message != "Rate limit exceeded: 2 requests per minute for organization acme" || d.Requests != (Quota{2, 0}) {
 			t.Fatalf("KnownOver: %v %+v", over, d)
 		}
-		clk.advance(29 * time.Second)
+		clk.Advance(29 * time.Second)
 		if d, over := l.KnownOver("acme"); !over || d.RetryAfter != time.Second {
 			t.Fatalf("a second before the refill: %v %+v", over, d)
 		}
@@ -382,7 +383,7 @@ func TestKnownOver(t *testing.T) {
 		if counted != nil && counted.Sent.Load() != 0 {
 			t.Fatalf("KnownOver sent %d commands to Redis", counted.Sent.Load())
 		}
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		if _, over := l.KnownOver("acme"); over {
 			t.Fatal("still known over once the bucket refilled a request")
 		}

@@ -47,7 +47,7 @@ func TestRedisMatchesInProcess(t *testing.T) {
 	}
 	clk := newFakeClock()
 	// Ten minutes before New York's midnight into its 23-hour day.
-	clk.set(time.Date(2027, 3, 13, 23, 50, 0, 0, zone(t, "America/New_York")))
+	clk.Set(time.Date(2027, 3, 13, 23, 50, 0, 0, zone(t, "America/New_York")))
 	mem, _ := newLimiter(t, cfg, clk, true)
 	cfg.StoreTimeout, cfg.OnStoreError = slow, StoreErrorDeny
 	red, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
@@ -57,7 +57,7 @@ func TestRedisMatchesInProcess(t *testing.T) {
 	pending := map[string][][2]Decision{} // admitted, not settled yet
 	var boundaries int
 	outcomes := map[string]int{}
-	day := clk.now().Day()
+	day := clk.Now().Day()
 	for i := range 4000 {
 		org := orgs[rng.IntN(len(orgs))]
 		var dm, dr Decision
@@ -91,12 +91,12 @@ func TestRedisMatchesInProcess(t *testing.T) {
 			pending[org] = append(p[:j], p[j+1:]...)
 			continue
 		case op < 99:
-			clk.advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
+			clk.Advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
 			continue
 		default:
 			// Long enough for reservations never settled to lapse.
-			clk.advance(time.Duration(rng.Int64N(int64(2 * time.Hour))))
-			if d := clk.now().Day(); d != day {
+			clk.Advance(time.Duration(rng.Int64N(int64(2 * time.Hour))))
+			if d := clk.Now().Day(); d != day {
 				boundaries, day = boundaries+1, d
 			}
 			continue
@@ -183,7 +183,7 @@ func TestRedisInstancesShareOneLimit(t *testing.T) {
 	// An upstream 429 seen by one instance holds the org on both.
 	hold(a, "held", 5*time.Second)
 	mustRefuse(t, b.Admit(bg, "held", 1), 5*time.Second, "Rate limit exceeded: the upstream limited organization held; retry after 5s")
-	clk.advance(5 * time.Second)
+	clk.Advance(5 * time.Second)
 	mustAllow(t, b.Admit(bg, "held", 1))
 }
 
@@ -565,17 +565,17 @@ func TestRedisClockBehindRefillsNothingTwice(t *testing.T) {
 	clk := newFakeClock()
 	cfg := Config{RequestsPerMinute: i64(0), TokensPerSecond: i64(10), TokenBurst: i64(1000), StoreTimeout: slow, OnStoreError: StoreErrorDeny}
 	l, _ := newLimiter(t, cfg, clk, true, onRedis(srv.URL()))
-	t0 := clk.now()
+	t0 := clk.Now()
 	mustAllow(t, l.Admit(bg, "acme", 1000)) // empty at t0
-	clk.set(t0.Add(10 * time.Second))
+	clk.Set(t0.Add(10 * time.Second))
 	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Tokens.Remaining != 99 {
 		t.Fatalf("remaining %d after 10s, want 99", d.Tokens.Remaining)
 	}
-	clk.set(t0.Add(5 * time.Second)) // behind the bucket's time
+	clk.Set(t0.Add(5 * time.Second)) // behind the bucket's time
 	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Tokens.Remaining != 98 {
 		t.Fatalf("remaining %d with the clock behind, want 98: nothing refilled", d.Tokens.Remaining)
 	}
-	clk.set(t0.Add(10 * time.Second))
+	clk.Set(t0.Add(10 * time.Second))
 	if d := mustAllow(t, l.Admit(bg, "acme", 1)); d.Tokens.Remaining != 97 {
 		t.Fatalf("remaining %d back at 10s, want 97: the span from 5s to 10s was refilled twice", d.Tokens.Remaining)
 	}

@@ -32,11 +32,18 @@ type testStore struct {
 	*Store
 	client redis.UniversalClient
 	logs   *observer.ObservedLogs
+	prefix string
 }
 
 // newStore returns a Store in url's Redis with key prefix "t:" and o, whose
 // Timeout defaults to slow; both close when the test ends.
 func newStore(t *testing.T, url string, o Options) *testStore {
+	t.Helper()
+	return newStoreAt(t, url, "t:", o)
+}
+
+// newStoreAt is newStore with the key prefix prefix.
+func newStoreAt(t *testing.T, url, prefix string, o Options) *testStore {
 	t.Helper()
 	client, err := redispool.NewClient([]string{url})
 	if err != nil {
@@ -47,12 +54,12 @@ func newStore(t *testing.T, url string, o Options) *testStore {
 	if o.Timeout == 0 {
 		o.Timeout = slow
 	}
-	s := New(client, "t:", o)
+	s := New(client, prefix, o)
 	t.Cleanup(func() {
 		_ = s.Close()
 		_ = client.Close()
 	})
-	return &testStore{s, client, logs}
+	return &testStore{s, client, logs, prefix}
 }
 
 // admission is the Limiter's check of an evaluation estimated at tokens.

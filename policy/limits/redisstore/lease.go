@@ -142,10 +142,6 @@ func (ls *Leases) giveBackOne(org string, req, tok int64) uint64 {
 	return ls.s.giveBack(org, rs, ts, req, tok)
 }
 
-// Len is the number of organizations this instance keeps a lease entry
-// for: at most 100,000 (maxLeases).
-func (ls *Leases) Len() int { return int(ls.size.Load()) }
-
 // slices returns the units one lease takes of each bucket: share of its
 // capacity, at least one request of a requests bucket.
 func (ls *Leases) slices(c store.Check) (req, tok int64) {
@@ -477,10 +473,6 @@ func (ls *Leases) startSweeper() {
 		go ls.sweepLoop()
 	})
 }
-
-// Sweep gives back the rest of every lease expired at at and forgets the
-// entries that hold nothing: what the sweeper does every SweepEvery.
-func (ls *Leases) Sweep(at time.Time) { ls.sweep(store.Micros(at)) }
 
 // countTaken counts a lease call that granted something.
 func (ls *Leases) countTaken() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,30 +11,12 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/testclock"
 	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/policy/limits/memstore"
 	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
-
-// clock is a clock the test moves, shared by both stores (and Redis's
-// scripts).
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // TestStoresAgree runs the same random admissions, settlements, holds and
 // budget reservations on the in-process store and on the Redis store, on
@@ -46,7 +27,7 @@ func TestStoresAgree(t *testing.T) {
 	srv := redistest.Start(t)
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			clk := &clock{t: time.Date(2026, 11, 23, 23, 59, 30, 0, time.UTC)}
+			clk := testclock.New(time.Date(2026, 11, 23, 23, 59, 30, 0, time.UTC))
 			mem := memstore.New()
 			t.Cleanup(func() { _ = mem.Close() })
 			client, err := redispool.NewClient([]string{srv.URL()})
@@ -55,14 +36,14 @@ func TestStoresAgree(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = client.Close() })
 			red := redisstore.New(client, fmt.Sprint("agree", seed, ":"), redisstore.Options{
-				Timeout: 5 * time.Second, Logger: zap.NewNop(), Clock: clk.now})
+				Timeout: 5 * time.Second, Logger: zap.NewNop(), Clock: clk.Now})
 			t.Cleanup(func() { _ = red.Close() })
 			agree(t, rand.New(rand.NewPCG(seed, 7)), clk, mem, red)
 		})
 	}
 }
 
-func agree(t *testing.T, rng *rand.Rand, clk *clock, mem store.Store, red *redisstore.Store) {
+func agree(t *testing.T, rng *rand.Rand, clk *testclock.Clock, mem store.Store, red *redisstore.Store) {
 	ctx := context.Background()
 	orgs := []string{"acme", "globex", "initech"}
 	// Small buckets and a small budget, so that refusals, debts, holds and
@@ -87,7 +68,7 @@ func agree(t *testing.T, rng *rand.Rand, clk *clock, mem store.Store, red *redis
 		return [3]store.Period{day(-1), day(0), day(1)}
 	}
 	for step := range 400 {
-		now := clk.now()
+		now := clk.Now()
 		org := orgs[rng.IntN(len(orgs))]
 		switch op := rng.IntN(10); {
 		case op < 6: // an admission, sometimes with a budget, sometimes requests only
@@ -155,7 +136,7 @@ func agree(t *testing.T, rng *rand.Rand, clk *clock, mem store.Store, red *redis
 			red.Hold(org, d, now)
 			waitSent(t, red)
 		default: // time passes, across midnight
-			clk.advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
+			clk.Advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
 		}
 	}
 	for _, k := range []string{"allowed", "budget", "hold", "requests", "tokens", "settled", "next day"} {

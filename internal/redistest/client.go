@@ -2,7 +2,9 @@ package redistest
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,4 +41,26 @@ func (h *CountHook) count(cmd redis.Cmder) {
 	if n := cmd.Name(); n == "evalsha" || n == "eval" {
 		h.Scripts.Add(1)
 	}
+}
+
+// HashInts reads fields of the hash at key as integers, nil for a field
+// (or a hash) that is not there; it fails the test on any other error.
+func HashInts(t testing.TB, c redis.Cmdable, key string, fields ...string) []*int64 {
+	t.Helper()
+	v, err := c.HMGet(context.Background(), key, fields...).Result()
+	if err != nil {
+		t.Fatalf("HMGET %s: %v", key, err)
+	}
+	out := make([]*int64, len(v))
+	for i, x := range v {
+		if x == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(x.(string), 10, 64)
+		if err != nil {
+			t.Fatalf("HMGET %s %s: %v", key, fields[i], err)
+		}
+		out[i] = &n
+	}
+	return out
 }
