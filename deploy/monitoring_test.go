@@ -219,7 +219,7 @@ func TestDashboardFile(t *testing.T) {
 	}
 	for _, want := range []string{"Requests by outcome", "Requests by route", "Share routed auto per model", "Guardrails verdicts",
 		"Limit rejections", "Budget rejections", "Breaker state per model", "Input tokens per second", "Cost per hour",
-		"Review labels per model and type", "Review agreement per model and type", "Redis up",
+		"Review labels per model and type", "Review agreement per model and type", "Redis up", "Settlements waiting for Redis",
 		"Answer cache requests", "Answer cache hit ratio"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("no panel %q", want)
