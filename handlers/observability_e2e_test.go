@@ -227,6 +227,18 @@ func scrape(t *testing.T, url string) []string {
 	return out
 }
 
+// metricValue is the value of series (a name with its labels, as the
+// exposition writes them) at metricsURL, "absent" when it is not there.
+func metricValue(t *testing.T, metricsURL, series string) string {
+	t.Helper()
+	for _, line := range scrape(t, metricsURL) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return "absent"
+}
+
 var orgLabelRE = regexp.MustCompile(`[{,]org="([^"]*)"`)
 
 // orgLabels returns the distinct org label values in the lines.
@@ -307,14 +319,7 @@ func TestRedisUpMetric(t *testing.T) {
 	metricsPort := gatewaytest.FreePort(t)
 	gatewaytest.Load(t, sites+fmt.Sprintf(":%d {\n\tmetrics\n}\n", metricsPort))
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	up := func() string {
-		for _, line := range scrape(t, metricsURL) {
-			if v, ok := strings.CutPrefix(line, "systemone_redis_up "); ok {
-				return v
-			}
-		}
-		return "absent"
-	}
+	up := func() string { return metricValue(t, metricsURL, "systemone_redis_up") }
 	c := newClient(t)
 	if r := c.post(url, "redis-up-key", smallBody); r.status != 200 {
 		t.Fatalf("healthy: %v", r)
@@ -349,14 +354,7 @@ func TestSettlementsPendingMetric(t *testing.T) {
 	metricsPort := gatewaytest.FreePort(t)
 	gatewaytest.Load(t, sites+fmt.Sprintf(":%d {\n\tmetrics\n}\n", metricsPort))
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	pending := func() string {
-		for _, line := range scrape(t, metricsURL) {
-			if v, ok := strings.CutPrefix(line, "systemone_limit_settlements_pending "); ok {
-				return v
-			}
-		}
-		return "absent"
-	}
+	pending := func() string { return metricValue(t, metricsURL, "systemone_limit_settlements_pending") }
 	if resp, body := post(t, url, "pending-key", smallBody); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
@@ -382,17 +380,13 @@ func TestSettlementsLostMetric(t *testing.T) {
 	g := gatewaytest.Load(t, sites)
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	lost := func() int {
-		for _, line := range scrape(t, metricsURL) {
-			if v, ok := strings.CutPrefix(line, `systemone_limit_settlements_lost_total{reason="unanswered"} `); ok {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					t.Fatalf("%q: %v", line, err)
-				}
-				return n
-			}
+		series := `systemone_limit_settlements_lost_total{reason="unanswered"}`
+		v := metricValue(t, metricsURL, series)
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("%s %s: %v", series, v, err)
 		}
-		t.Fatal("no systemone_limit_settlements_lost_total{reason=\"unanswered\"}")
-		return 0
+		return n
 	}
 	before := lost() // other tests in the process may have lost some
 	if resp, body := post(t, url, "lost-key", smallBody); resp.StatusCode != 200 {
