@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
+	"github.com/systemone/systemone-gateway/internal/pinblock"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/simulator"
 )
@@ -161,8 +161,8 @@ func TestReplayLoop(t *testing.T) {
 	// 1. calibrate service-1.0.0 from the API.
 	out1, _ := shell(commands[0])
 	t.Logf("%s\n%s", commands[0], out1)
-	pin1 := printedPin(t, out1, "service-1.0.0")
-	t1 := thresholdIn(t, pin1)
+	pin1 := pinblock.Find(t, out1, "service-1.0.0")
+	t1 := pinblock.Noul(t, pin1)
 
 	// 2. replay to service-2.0.0: every entry once, none queued.
 	_, stderr := shell(commands[1])
@@ -192,8 +192,8 @@ func TestReplayLoop(t *testing.T) {
 	// 3. calibrate service-2.0.0 from the replayed lines, and piped.
 	out2, _ := shell(commands[2])
 	t.Logf("%s\n%s", commands[2], out2)
-	pin2 := printedPin(t, out2, "service-2.0.0")
-	t2 := thresholdIn(t, pin2)
+	pin2 := pinblock.Find(t, out2, "service-2.0.0")
+	t2 := pinblock.Noul(t, pin2)
 	if piped, _ := shell(commands[3]); piped != out2 {
 		t.Errorf("piped:\n%s\nwant the same as from the file:\n%s", piped, out2)
 	}
@@ -250,27 +250,6 @@ func docCommands(t *testing.T, path string) []string {
 		}
 	}
 	return out
-}
-
-// printedPin returns the pin block of version in calibrate's output.
-func printedPin(t *testing.T, out, version string) string {
-	t.Helper()
-	m := regexp.MustCompile(`(?s)\tpin ` + regexp.QuoteMeta(version) + ` \{\n.*?\n\t\}`).FindString(out)
-	if m == "" {
-		t.Fatalf("no pin %s in:\n%s", version, out)
-	}
-	return m
-}
-
-// thresholdIn reads the noul threshold of a pin block.
-func thresholdIn(t *testing.T, pin string) float64 {
-	t.Helper()
-	m := regexp.MustCompile(`noul ([0-9.]+)`).FindStringSubmatch(pin)
-	if m == nil {
-		t.Fatalf("no noul threshold in %s", pin)
-	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	return v
 }
 
 func lastLine(s string) string {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
+	"github.com/systemone/systemone-gateway/internal/pinblock"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 )
 
@@ -147,8 +148,8 @@ func TestWalkthrough(t *testing.T) {
 
 	// 5. Calibrate, paste the pin, reload: some answers now route auto.
 	out := shell(work, blocks[7])
-	pin1 := printedPin(t, out, "service-1.0.0")
-	if t1 := thresholdIn(t, pin1); t1 != *progress.Groups[0].Threshold {
+	pin1 := pinblock.Find(t, out, "service-1.0.0")
+	if t1 := pinblock.Noul(t, pin1); t1 != *progress.Groups[0].Threshold {
 		t.Errorf("calibrate's threshold %v, /progress said %v", t1, *progress.Groups[0].Threshold)
 	}
 	paste(t, caddyfile, pin1)
@@ -159,8 +160,8 @@ func TestWalkthrough(t *testing.T) {
 
 	// 6. Replay to service-2.0.0 and calibrate it: a higher threshold.
 	out = shell(work, blocks[10])
-	pin2 := printedPin(t, out, "service-2.0.0")
-	if !(thresholdIn(t, pin2) > thresholdIn(t, pin1)) {
+	pin2 := pinblock.Find(t, out, "service-2.0.0")
+	if !(pinblock.Noul(t, pin2) > pinblock.Noul(t, pin1)) {
 		t.Errorf("service-2.0.0's pin\n%s\nis not above service-1.0.0's\n%s", pin2, pin1)
 	}
 	paste(t, caddyfile, pin2)
@@ -235,27 +236,6 @@ func routeCount(out, line string) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
-}
-
-// printedPin returns the pin block of version in calibrate's output.
-func printedPin(t *testing.T, out, version string) string {
-	t.Helper()
-	m := regexp.MustCompile(`(?s)\tpin ` + regexp.QuoteMeta(version) + ` \{\n.*?\n\t\}`).FindString(out)
-	if m == "" {
-		t.Fatalf("no pin %s in:\n%s", version, out)
-	}
-	return m
-}
-
-// thresholdIn reads the noul threshold of a pin block.
-func thresholdIn(t *testing.T, pin string) float64 {
-	t.Helper()
-	m := regexp.MustCompile(`noul ([0-9.]+)`).FindStringSubmatch(pin)
-	if m == nil {
-		t.Fatalf("no noul threshold in %s", pin)
-	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	return v
 }
 
 // paste puts a pin block into the Caddyfile's route block, as the doc says.
