@@ -312,4 +312,3 @@ func Until(ts, until string) bool {
 	u, err2 := time.Parse(time.RFC3339Nano, until)
 	return err1 == nil && err2 == nil && !t.After(u)
 }
-
