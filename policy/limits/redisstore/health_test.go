@@ -279,24 +279,29 @@ func TestClusterDownSettlementWaitsForRedis(t *testing.T) {
 	up, dead := cluster.Nodes[0], cluster.Nodes[2]
 	orgUp, orgDead := orgOn(t, s.Store, cc, up.Addr), orgOn(t, s.Store, cc, dead.Addr)
 	end := time.Now().Add(24 * time.Hour).UnixMicro()
-	charge := func(org string, n int64) {
-		s.Settle(org, store.Settlement{Req: defReq, Tok: defTok, Spend: &store.SpendSettle{Period: "p", End: end, Charge: n}}, time.Time{})
+	// A charge alone is queued; one that also releases a reservation is
+	// sent at once (settleNow), and queued when Redis refuses it.
+	charge := func(org string, n, release int64) {
+		s.Settle(org, store.Settlement{Req: defReq, Tok: defTok, Spend: &store.SpendSettle{Period: "p", End: end, Charge: n, Release: release}}, time.Time{})
 	}
-	charge(orgUp, 1)
-	charge(orgDead, 1)
+	charge(orgUp, 1, 0)
+	charge(orgDead, 1, 0)
 	s.drain(t)
 
 	dead.Stop()
 	keyUp, _ := s.keys(orgUp)
 	answersWith(t, up.Addr, keyUp, "-CLUSTERDOWN")
-	charge(orgUp, 10)
-	charge(orgDead, 10)
+	charge(orgUp, 10, 1)
+	if st := s.Stats(); st.SettlementsUnanswered != 0 || st.Pending == 0 {
+		t.Fatalf("%+v: want the refused settlement queued, none lost", st)
+	}
+	charge(orgDead, 10, 0)
 	wait.Until(t, "Redis counted lost", func() bool { return !s.Up() })
 	if st := s.Stats(); st.SettlementsUnanswered != 0 || st.Pending == 0 {
 		t.Fatalf("%+v: want the charges queued, none lost", st)
 	}
-	charge(orgUp, 100)
-	charge(orgDead, 100)
+	charge(orgUp, 100, 0)
+	charge(orgDead, 100, 1)
 
 	dead.Restart()
 	wait.Until(t, "Redis back", s.Up)
