@@ -267,7 +267,7 @@ func (b *boundedLabel) label(v string) string {
 // The limiters' own metrics, read from the live limiters at scrape time.
 var (
 	redisUpDesc = prometheus.NewDesc(namespace+"_redis_up",
-		"1 while the rate limiter's Redis answers, 0 from the moment the limiter counts it as lost (3 consecutive failures) until a probe sees it back. Absent when no limiter uses Redis.",
+		"1 while the rate limiter's Redis answers, 0 from the moment the limiter counts a Redis server (on a cluster, a master) lost (3 consecutive failures) until every lost one's keyed probe sees it serve again. Absent when no limiter uses Redis.",
 		nil, nil)
 	leasesDesc = prometheus.NewDesc(namespace+"_limit_leases_total",
 		"Lease calls to Redis that granted a slice of an organization's buckets (local_allowance).",
@@ -276,7 +276,7 @@ var (
 		"Settlements and holds waiting for Redis (one per organization and kind): queued, or sent and not yet answered. Near 0 while Redis answers; it grows while Redis is lost, and past 100,000 queued new ones are dropped.",
 		nil, nil)
 	settlementsLostDesc = prometheus.NewDesc(namespace+"_limit_settlements_lost_total",
-		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost; not sent again).",
+		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost, so the script may have run; not sent again). One Redis refused before it ran is queued again, not counted.",
 		[]string{"reason"}, nil)
 )
 

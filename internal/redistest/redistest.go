@@ -170,8 +170,10 @@ func (c *Cluster) URLs() []string {
 }
 
 // StartCluster starts n cluster-enabled redis-servers and joins them with
-// `redis-cli --cluster create`.
-func StartCluster(t testing.TB, n int) *Cluster {
+// `redis-cli --cluster create`. The node timeout is 2s; extra are more
+// `--name value` arguments for every node, which override the defaults
+// (e.g. "--cluster-node-timeout", "1000").
+func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 	t.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -180,7 +182,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{}
 	args := []string{"--cluster", "create"}
 	for i := 0; i < n; i++ {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		s := Start(t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}, extra...)...)
 		c.Nodes = append(c.Nodes, s)
 		args = append(args, s.Addr)
 	}

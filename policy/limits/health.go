@@ -3,10 +3,13 @@ package limits
 import "github.com/systemone/systemone-gateway/policy/limits/store"
 
 // RedisUp reports how the limiter sees its Redis: up is false from the
-// moment it counts Redis as lost (three consecutive outage errors, the
-// `redis lost` log entry) until its probe sees Redis answer again (`redis
-// back`). usesRedis is false when the buckets are kept in process. It
-// costs an atomic load: metrics read it at every scrape.
+// moment it counts a Redis node lost (three consecutive outage errors of
+// that node's calls, the `redis lost` log entry) until every lost node's
+// keyed probe sees it serve again (`redis back`): once per outage, on a
+// Redis Cluster however many masters it takes down. Meanwhile only the
+// organizations of a lost node take the on_store_error path. usesRedis is
+// false when the buckets are kept in process. It costs an atomic load:
+// metrics read it at every scrape.
 func (l *Limiter) RedisUp() (up, usesRedis bool) {
 	if l.shared == nil {
 		return false, false

@@ -263,9 +263,11 @@ const (
 // pay it, and one per new lease (organizations with a budget stay exact).
 // If that fails, on_store_error decides: local admits against the
 // in-process buckets with the same limits, allow admits, deny answers
-// Unavailable. After three consecutive outage errors Redis counts as lost:
-// admissions take the on_store_error path at once until a background probe
-// sees Redis again.
+// Unavailable. After three consecutive outage errors of one Redis node, that
+// node counts as lost: the admissions of the organizations it serves take
+// the on_store_error path at once until a background probe sees it serve
+// a keyed script again; on a Redis Cluster, the organizations of the other
+// masters stay exact meanwhile.
 func (l *Limiter) Admit(ctx context.Context, org string, estimatedTokens int64) Decision {
 	lim := l.limitsFor(org)
 	c := store.Check{Req: lim.requests(), Tok: lim.tokens(), ReqCost: store.Unit, TokCost: -1, Hold: true}
@@ -427,8 +429,10 @@ func requestsMessage(lim orgLimits, org string) string {
 // store_timeout): its reservation stops counting before its request ends,
 // on every instance. A token correction alone is queued (off the response
 // path; a queue of at most one entry per organization, sent every
-// settleEvery). What cannot be sent (Redis lost) is queued, and dropped
-// past maxPending organizations: a reservation whose settlement is lost
+// settleEvery). What cannot be sent, or what Redis refused without running
+// it (a lost node, a cluster that answers CLUSTERDOWN, MOVED, TRYAGAIN,
+// ...), is queued until Redis takes it, and dropped past maxPending
+// organizations while a node is lost: a reservation whose settlement is lost
 // lapses after 10 to 11 minutes, a charge is lost. A refund never lifts a bucket above
 // capacity; an extra charge may put it in debt, at most one bucket deep.
 // With local_allowance, an admission paid from a lease is corrected against

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,8 +65,10 @@ const (
 // waited (which has to be woken anyway), so no request pays for another's
 // answer.
 type nodeBatcher struct {
-	s  *Store
-	mu sync.Mutex
+	s *Store
+	// health is the node's (see health.go).
+	health health
+	mu     sync.Mutex
 	// inflight counts the leaders: pipelines in flight or about to be.
 	// Below maxInflight, pending is empty.
 	inflight int
@@ -81,7 +82,12 @@ func (s *Store) batcher(node *redis.Client) *nodeBatcher {
 	if b, ok := s.batchers.Load(addr); ok {
 		return b.(*nodeBatcher)
 	}
-	b, _ := s.batchers.LoadOrStore(addr, &nodeBatcher{s: s})
+	nb := &nodeBatcher{s: s}
+	nb.health.addr = addr
+	b, loaded := s.batchers.LoadOrStore(addr, nb)
+	if !loaded {
+		s.health.nodes.Add(1)
+	}
 	return b.(*nodeBatcher)
 }
 
@@ -228,21 +234,9 @@ func (s *Store) pipeline(node *redis.Client, calls []*scriptCall) {
 	if moved {
 		// A slot moved (resharding, failover): those scripts did not run.
 		// Refresh the slot map now rather than at the next periodic reload.
-		if cc, ok := s.client.(*redis.ClusterClient); ok {
-			cc.ReloadState(ctx)
-		}
+		s.reloadSlots(ctx)
 	}
 }
 
 // errNotSent is a script taken off its node's queue before it was written.
 var errNotSent = errors.New("redis script not sent")
-
-// notSent tells whether err means the command never reached Redis: no
-// connection could be had (the client closed included: a reload released
-// it before a late settlement of the old config), or the call left the
-// queue before its pipeline was written. Only such a settlement or lease
-// give-back is queued again, or, by a closed limiter, counted as dropped.
-func notSent(err error) bool {
-	return errors.Is(err, errNotSent) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrClosed)
-}

@@ -137,7 +137,9 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 	const orgs, workers, estimate = 30_000, 64, 500
 	usage := func(i int) int64 {
 		if i%3 == 0 {
-			return 10 // a refund
+			// A refund, which leaves 100 tokens to refill: the key lives
+			// 100s, through a slow run under the race detector.
+			return 100
 		}
 		return estimate + int64(i%4000) // far above the estimate
 	}
@@ -188,7 +190,7 @@ func TestRedisManyOrgsSettleBehindASlowRedis(t *testing.T) {
 func TestRedisSettlementsDroppedOnlyWhileLost(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, srv.URL(), Options{MaxPending: 10})
-	s.lost.Store(true) // no probe runs: nothing flushes
+	s.markLost() // no probe runs: nothing flushes
 	for i := range 15 {
 		s.enqueue("org"+strconv.Itoa(i), defReq, defTok, -10, nil)
 	}
@@ -302,8 +304,9 @@ func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 		}
 		return len(s.urgent) == 1 || s.taken > 1 // it asked for a flush
 	})
+	node := &s.batcher(s.client.(*redis.Client)).health
 	for range lostAfter {
-		s.observe(bg, context.DeadlineExceeded)
+		s.observe(bg, node, "k", context.DeadlineExceeded)
 	}
 	select {
 	case <-done:
@@ -317,8 +320,6 @@ func TestRedisSettlementWaitingForRoomDropsOnceLost(t *testing.T) {
 
 // noNodes is a Redis client for which no node can be found for a key.
 type noNodes struct{ redis.Scripter }
-
-func (noNodes) Ping(ctx context.Context) *redis.StatusCmd { return redis.NewStatusCmd(ctx) }
 
 // TestRedisCallWithoutANodeIsNotSent: a call for which no node could be
 // found (a cluster whose slot map cannot be loaded) wrote nothing, and its

@@ -77,3 +77,15 @@ func (s *testStore) drain(t *testing.T) {
 	t.Helper()
 	wait.Until(t, "the settlements sent", func() bool { return s.Stats().Pending == 0 })
 }
+
+// markLost counts s's one node lost without starting its probe: nothing
+// is sent until the test says so.
+func (s *testStore) markLost() {
+	h := &s.batcher(s.client.(*redis.Client)).health
+	h.lost.Store(true)
+	s.health.mu.Lock()
+	s.health.lostNodes++
+	s.health.nodesLost.Add(1)
+	s.health.down.Store(true)
+	s.health.mu.Unlock()
+}

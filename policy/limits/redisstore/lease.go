@@ -295,7 +295,8 @@ func (ls *Leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c st
 			final = e.calls > calls && e.refused
 			continue
 		}
-		if !ls.s.Up() {
+		if !ls.s.upFor(ctx, org) {
+			// Its node is lost: no lease call until its probe sees it.
 			e.mu.Unlock()
 			return store.Outcome{}, leaseFailed, false
 		}

@@ -2,8 +2,8 @@
 // gateway instance: one script per admission (script.go) on the Redis
 // server's clock, the admissions of concurrent requests pipelined per node
 // (batch.go), settlements of token corrections queued and flushed off the
-// response path, holds, a health probe that sees a lost Redis come back,
-// and the leases of local_allowance (lease.go), which spend slices of an
+// response path, holds, Redis's health judged per node (health.go), and
+// the leases of local_allowance (lease.go), which spend slices of an
 // organization's buckets in process. It alone knows go-redis's concrete
 // types: a Redis Cluster's scripts go to the master that owns the
 // organization's slot (see redispool.ForKey).
@@ -16,14 +16,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,8 +31,9 @@ import (
 )
 
 const (
-	// lostAfter consecutive outage errors mark Redis lost: admissions stop
-	// paying store_timeout and a background probe watches for its return.
+	// lostAfter consecutive outage errors of one node's calls mark that
+	// node lost: the admissions of the organizations it serves stop paying
+	// store_timeout, and a background probe watches for its return.
 	lostAfter = 3
 	// maxPending bounds the settlements and holds waiting for Redis: one
 	// entry per organization (the amounts of one organization add up),
@@ -52,13 +50,12 @@ const (
 	settleEvery = 20 * time.Millisecond
 )
 
-// Client is the part of a go-redis client the store uses: scripts, and a
-// ping to see a lost server come back. The handler's *redis.Client or
-// *redis.ClusterClient is one; with a cluster, scripts go to the master
-// that owns the organization's slot (see redispool.ForKey).
+// Client is the part of a go-redis client the store uses: scripts. The
+// handler's *redis.Client or *redis.ClusterClient is one; with a cluster,
+// scripts go to the master that owns the organization's slot (see
+// redispool.ForKey).
 type Client interface {
 	redis.Scripter
-	Ping(ctx context.Context) *redis.StatusCmd
 }
 
 // Options are a Store's settings; zero values take the defaults.
@@ -96,11 +93,11 @@ type Store struct {
 	// settleEvery is the pause after each flush of the queue.
 	settleEvery time.Duration
 
-	failures      atomic.Int32 // consecutive outage errors
-	lost          atomic.Bool
 	scriptErrSeen atomic.Bool
+	health        healthTable
 
-	// batchers holds a *nodeBatcher per node address (see run).
+	// batchers holds a *nodeBatcher per node address (see run), which
+	// also holds the node's health.
 	batchers   sync.Map
 	maxPending int
 
@@ -220,15 +217,46 @@ func (s *Store) clockArg() string {
 // run sends one script to the node that owns keys[0], in that node's next
 // pipeline (see nodeBatcher), and waits for its answer: at most
 // store_timeout for a pipeline to take it, and store_timeout for that
-// pipeline. It is never sent twice.
+// pipeline. It is never sent twice. While that node is lost it fails at
+// once (errLost). Its result counts towards the node's health.
 func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	node, err := s.node(ctx, keys[0])
+	node, b, err := s.nodeFor(ctx, keys[0])
 	if err != nil {
-		// No node, nothing written (a lease's give-back riding on the
-		// call is queued again, not counted lost).
-		return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		return nil, err
 	}
-	return s.batcher(node).do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args}, s.timeout)
+	res, err := b.do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args}, s.timeout)
+	s.observe(ctx, &b.health, keys[0], err)
+	return res, err
+}
+
+// nodeFor returns the node that owns key and its batcher. Its error says
+// the script was not sent (notSent): no node could be found (a cluster
+// whose slot map cannot be loaded, which counts towards the slot map's
+// health), or the node is lost (errLost).
+func (s *Store) nodeFor(ctx context.Context, key string) (*redis.Client, *nodeBatcher, error) {
+	if s.health.slotMap.lost.Load() {
+		return nil, nil, errNodeLost
+	}
+	node, err := s.node(ctx, key)
+	if err != nil {
+		if _, cluster := s.client.(*redis.ClusterClient); cluster {
+			s.observe(ctx, &s.health.slotMap, key, err)
+		}
+		return nil, nil, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	b := s.batcher(node)
+	if b.health.lost.Load() {
+		return nil, nil, errNodeLost
+	}
+	return node, b, nil
+}
+
+// upFor reports whether the node that serves org's keys is counted up,
+// as far as this instance knows without a round trip.
+func (s *Store) upFor(ctx context.Context, org string) bool {
+	key, _ := s.keys(org)
+	_, _, err := s.nodeFor(ctx, key)
+	return !errors.Is(err, errLost)
 }
 
 // node returns the client of the node that owns key (redispool.ForKey). A
@@ -246,11 +274,9 @@ func (s *Store) node(ctx context.Context, key string) (*redis.Client, error) {
 
 // Admit implements store.Store: c against Redis, on the server's clock;
 // localHold is the hold this instance knows of (microseconds left), which
-// Redis may not have yet. While Redis is lost it fails at once (errLost).
+// Redis may not have yet. While the node that serves org is lost it fails
+// at once (errLost).
 func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold int64, _ time.Time) (store.Outcome, error) {
-	if s.lost.Load() {
-		return store.Outcome{}, errLost
-	}
 	bucket, hold := s.keys(org)
 	holdArg := "0"
 	if c.Hold {
@@ -269,9 +295,10 @@ func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold 
 	res, err := s.run(ctx, admitScript, keys, args...)
 	var o store.Outcome
 	if err == nil {
-		o, err = parseOutcome(res)
+		if o, err = parseOutcome(res); err != nil {
+			s.scriptFailed("script", err)
+		}
 	}
-	s.observe(ctx, err)
 	return o, err
 }
 
@@ -291,9 +318,10 @@ func (s *Store) lease(ctx context.Context, org string, c store.Check, rslice, ts
 		c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate, c.ReqCost, c.TokCost, rslice, tslice, rback, tback)
 	var g leaseGrant
 	if err == nil {
-		g, err = parseGrant(res)
+		if g, err = parseGrant(res); err != nil {
+			s.scriptFailed("script", err)
+		}
 	}
-	s.observe(ctx, err)
 	return g, err
 }
 
@@ -306,10 +334,6 @@ func parseGrant(res any) (leaseGrant, error) {
 }
 
 var errBadReply = errors.New("unexpected reply from the admission script")
-
-// errLost is an admission not sent because Redis is lost: the probe has
-// not seen it come back.
-var errLost = errors.New("redis lost")
 
 // int64s reads a script's reply of len(out) integers into out.
 func int64s(res any, out []int64) error {
@@ -337,123 +361,6 @@ func parseOutcome(res any) (store.Outcome, error) {
 		Period: max(int(n[6])-1, 0), Spent: n[7], Reserved: n[8], Slot: n[9], BudgetRefused: n[10] == 1}, nil
 }
 
-// observe tracks Redis's health from one call's result.
-func (s *Store) observe(ctx context.Context, err error) {
-	if err == nil {
-		s.failures.Store(0)
-		return
-	}
-	if ctx.Err() != nil {
-		return // the caller went away: that says nothing about Redis
-	}
-	class, outage := classify(err)
-	if class == "moved" {
-		return // the cluster is fine, the slot map was stale (see run)
-	}
-	if !outage {
-		// A script or data error is a bug to fix, not an outage to ride
-		// out: Redis answers, so probing it would only flap.
-		lvl := zap.DebugLevel
-		if s.scriptErrSeen.CompareAndSwap(false, true) {
-			lvl = zap.ErrorLevel
-		}
-		if ce := s.logger.Check(lvl, "redis script failed"); ce != nil {
-			ce.Write(zap.String("error_class", class), zap.Error(err))
-		}
-		return
-	}
-	if s.failures.Add(1) < lostAfter || !s.lost.CompareAndSwap(false, true) {
-		return
-	}
-	s.logger.Warn("redis lost", zap.String("error_class", class), zap.Error(err))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// A settlement waiting for room in a full queue now drops instead
-	// (see full): no flush will take the queue until the probe sees Redis
-	// again, and its request must not wait out the outage.
-	s.space.Broadcast()
-	if !s.closed {
-		s.wg.Add(1)
-		go s.probe()
-	}
-}
-
-// probe pings Redis with backoff until it answers within store_timeout.
-func (s *Store) probe() {
-	defer s.wg.Done()
-	delay := s.probeMin
-	for {
-		t := time.NewTimer(delay)
-		select {
-		case <-s.done:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if err := s.ping(); err == nil {
-			s.failures.Store(0)
-			s.lost.Store(false)
-			s.logger.Info("redis back")
-			s.wake() // what queued up meanwhile
-			return
-		}
-		delay = min(2*delay, s.probeMax)
-	}
-}
-
-func (s *Store) ping() error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	if c, ok := s.client.(*redis.ClusterClient); ok {
-		// Every master: a cluster with one master down fails the
-		// organizations in its slots.
-		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return n.Ping(ctx).Err()
-		})
-	}
-	return s.client.Ping(ctx).Err()
-}
-
-// classify names an error for logs and tells whether it means Redis is (at
-// least partly) unavailable rather than that it refused the script.
-func classify(err error) (class string, outage bool) {
-	var rerr redis.Error
-	var nerr net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout", true
-	case errors.Is(err, redis.ErrClosed):
-		return "client_closed", true
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
-		return "pool_exhausted", true
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection_refused", true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "connection_closed", true
-	case errors.Is(err, redis.Nil), errors.Is(err, errBadReply):
-		return "script", false
-	case errors.As(err, &rerr):
-		switch {
-		case redis.IsLoadingError(err), redis.IsMasterDownError(err), redis.IsClusterDownError(err),
-			redis.IsTryAgainError(err), redis.IsReadOnlyError(err), redis.IsMaxClientsError(err),
-			redis.IsOOMError(err), redis.IsNoReplicasError(err), redis.HasErrorPrefix(err, "BUSY"):
-			return "unavailable", true
-		case redis.IsAuthError(err):
-			return "auth", true
-		}
-		if _, moved := redis.IsMovedError(err); moved {
-			return "moved", false
-		}
-		if _, ask := redis.IsAskError(err); ask {
-			return "moved", false
-		}
-		return "script", false
-	case errors.As(err, &nerr) && nerr.Timeout():
-		return "timeout", true
-	}
-	return "connection", true
-}
-
 // Settle implements store.Store. A request that holds a budget reservation is
 // settled at once (settleNow), so that its reservation stops counting
 // before the request ends; a token correction alone is queued (enqueue).
@@ -469,8 +376,11 @@ func (s *Store) Settle(org string, st store.Settlement, _ time.Time) {
 // round trip.
 func (s *Store) HoldWait(string, time.Time) int64 { return 0 }
 
-// Up implements store.Store.
-func (s *Store) Up() bool { return !s.lost.Load() }
+// Up implements store.Store: false while any node that served one of
+// the store's calls is counted lost (from the `redis lost` log entry to
+// `redis back`); the organizations of the other nodes stay exact
+// meanwhile.
+func (s *Store) Up() bool { return !s.health.down.Load() }
 
 // Stats implements store.Store.
 func (s *Store) Stats() store.Stats {
@@ -524,19 +434,14 @@ func (s *Store) enqueue(org string, req, tok store.Spec, delta int64, sp *store.
 // every instance's next admission; queued, it would count until the next
 // flush, up to settleEvery plus a round trip later, and concurrent
 // requests far below the budget would be refused on reservations already
-// released. Only what cannot be sent now goes to the queue: while Redis is
-// lost, and when the script never left (no connection, no node), to be
-// sent by a flush once Redis can take it. One whose answer is lost is
-// counted and not sent again (it may have run), as in a flush.
+// released. Only what cannot be sent now goes to the queue: while the
+// org's node is lost, and when the script did not run (see notSent: no
+// connection, no node, a cluster that refused it), to be sent by a flush
+// once Redis takes it. One whose answer is lost is counted and not sent
+// again (it may have run), as in a flush.
 func (s *Store) settleNow(org string, req, tok store.Spec, delta int64, sp store.SpendSettle) {
-	if s.lost.Load() {
-		s.enqueue(org, req, tok, delta, &sp)
-		return
-	}
 	c := s.settleCall(org, pendingSettle{req: req, tok: tok, delta: delta, spend: []store.SpendSettle{sp}}, s.clockArg())
-	ctx := context.Background()
-	_, err := s.run(ctx, c.script, c.keys, c.args...)
-	s.observe(ctx, err)
+	_, err := s.run(context.Background(), c.script, c.keys, c.args...)
 	switch {
 	case err == nil:
 	case notSent(err):
@@ -594,11 +499,21 @@ func (s *Store) unlockAndSend() {
 }
 
 // full waits, with s.mu held, while the queue holds maxPending
-// organizations and Redis is reachable. It reports true when a new entry
-// must be dropped: the queue is still full and Redis lost.
+// organizations and every node is reachable. It reports true when a new
+// entry must be dropped: the queue is still full and a node lost (its
+// entries stay queued until it is back, so a flush may not make room).
 func (s *Store) full() bool {
-	for len(s.settles)+len(s.holds) >= s.maxPending && !s.closed {
-		if s.lost.Load() {
+	for !s.closed {
+		n := len(s.settles) + len(s.holds)
+		if !s.Up() {
+			// A flush puts a lost node's entries back: count what it
+			// holds, so that the queue stays bounded through the outage.
+			n += int(s.sending)
+		}
+		if n < s.maxPending {
+			return false
+		}
+		if !s.Up() {
 			s.countDropped(1)
 			if !s.dropping {
 				s.dropping = true
@@ -658,13 +573,14 @@ func (s *Store) settleLoop() {
 
 // flush sends the queue as pipelines of at most flushLimit scripts per
 // node, holds first (they are rarer and matter more to the upstream).
-// While Redis is lost nothing is sent: the queue waits for the probe.
-// A script whose answer is lost is not sent again (it may have run: a
-// second debit would charge twice); one that never left, for want of a
-// connection, is queued again.
+// Nothing is sent to a lost node: its entries wait for its probe. A
+// script whose answer is lost is not sent again (it may have run: a
+// second debit would charge twice); one that did not run (see notSent: no
+// connection, a cluster that refused it) is queued again.
 func (s *Store) flush() {
 	s.mu.Lock()
-	if s.lost.Load() {
+	if s.health.allLost() {
+		// Nothing could be sent: leave the queue, for the probe.
 		abandoned := 0
 		if s.closed {
 			// Nobody will send it: count it as dropped.
@@ -711,32 +627,27 @@ func (s *Store) flush() {
 		orgs = append(orgs, org)
 	}
 	// Per node, in the order of the queue.
-	byNode := make(map[string][]*scriptCall)
-	var nodes []string
-	var nodeErr error
+	byNode := make(map[*nodeBatcher][]*scriptCall)
+	var nodes []*nodeBatcher
 	for _, c := range calls {
-		node, err := s.node(ctx, c.keys[0])
+		node, b, err := s.nodeFor(ctx, c.keys[0])
 		if err != nil {
-			nodeErr = cmp.Or(nodeErr, err)
-			continue // not sent: queued again below
+			c.err = err // not sent: queued again below
+			continue
 		}
 		c.node = node
-		addr := node.Options().Addr
-		if _, ok := byNode[addr]; !ok {
-			nodes = append(nodes, addr)
+		if _, ok := byNode[b]; !ok {
+			nodes = append(nodes, b)
 		}
-		byNode[addr] = append(byNode[addr], c)
+		byNode[b] = append(byNode[b], c)
 	}
-	if nodeErr != nil {
-		// No node for a key (a cluster whose slot map cannot load): an
-		// outage like any other, or an idle gateway would retry it for
-		// ever without Redis ever counting as lost.
-		s.observe(ctx, nodeErr)
-	}
-	for _, addr := range nodes {
-		for chunk := range slices.Chunk(byNode[addr], flushLimit) {
-			if s.lost.Load() {
-				break // left unsent: queued again below
+	for _, b := range nodes {
+		for chunk := range slices.Chunk(byNode[b], flushLimit) {
+			if b.health.lost.Load() {
+				for _, c := range chunk {
+					c.err = errNodeLost // left unsent: queued again below
+				}
+				continue
 			}
 			s.pipeline(chunk[0].node, chunk)
 			var first error
@@ -746,27 +657,29 @@ func (s *Store) flush() {
 					break
 				}
 			}
-			s.observe(ctx, first)
+			s.observe(ctx, &b.health, chunk[0].keys[0], first)
 		}
 	}
 
 	var lost int64
-	abandoned, requeued := 0, 0
+	abandoned, retry := 0, false
 	s.mu.Lock()
 	for i, c := range calls {
-		sentOK := c.res != nil || (c.err != nil && !notSent(c.err))
-		if sentOK {
-			if c.err != nil {
-				lost++
-			}
+		if c.err == nil {
+			continue
+		}
+		if !notSent(c.err) {
+			lost++
 			continue
 		}
 		if s.closed {
 			abandoned++
 			continue
 		}
+		// A lost node's entries wait for its probe; any other that did
+		// not run is tried again after the pause.
+		retry = retry || !errors.Is(c.err, errLost)
 		org := orgs[i]
-		requeued++
 		if i < nHolds {
 			s.holds[org] = max(s.holds[org], holds[org])
 		} else {
@@ -791,9 +704,9 @@ func (s *Store) flush() {
 	s.mu.Lock()
 	s.sending -= taken
 	s.mu.Unlock()
-	if requeued > 0 {
+	if retry {
 		// Try again after the pause, traffic or not: the failures count
-		// towards Redis lost, and then the probe takes over.
+		// towards the node's loss, and then its probe takes over.
 		s.wake()
 	}
 }
