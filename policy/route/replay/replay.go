@@ -80,7 +80,8 @@ type Options struct {
 	// MaxWait bounds one wait before a retry; default DefaultMaxWait.
 	MaxWait time.Duration
 	// Client sends every request; default one with http.DefaultTransport's
-	// settings and a bound on the wait for headers.
+	// settings and a bound on the wait for headers. Whatever its
+	// CheckRedirect, no redirect is followed.
 	Client *http.Client
 	// Sleep waits before a retry; default a timer that ctx cancels. Tests
 	// inject one.
