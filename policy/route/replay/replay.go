@@ -211,14 +211,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") {
 		return Summary{}, errors.New("--upstream is not an http(s) URL")
 	}
+	ctx, cancel := context.WithCancel(ctx) // a failed write stops the reading too
+	defer cancel()
 	labels, err := review.Open(ctx, reviewapi.NDJSON, "labels")
 	if err != nil {
 		return Summary{}, err
 	}
 	defer labels.Close()
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	r := &replayer{opts: opts, review: review, client: reviewapi.NoRedirect(opts.Client), endpoint: upstream.String()}
 	// inOrder holds the entries read and not yet written, in /labels
 	// order; its bound is what keeps memory flat.

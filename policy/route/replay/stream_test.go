@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/systemone/systemone-gateway/simulator"
@@ -163,3 +165,40 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.mu.Unlock()
 	return len(p), nil
 }
+
+// A failed write stops the replay: the entries not yet asked are not sent
+// to the upstream, whose calls cost money.
+func TestWriteFailureStops(t *testing.T) {
+	const entries = 1000
+	request := []byte(`{"model":"service-1.0.0","state":"s","questions":{"q":{"type":"noul","instructions":"?"}}}`)
+	answer := simulatedAnswer(t, request)
+	review := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/review/labels" {
+			io.WriteString(w, `{"id":"1-0","questions":[],"request":`+string(request)+`}`)
+			return
+		}
+		for n := range entries {
+			fmt.Fprintf(w, `{"entry":"%d-0","question":"q","type":"noul","label":true}`+"\n", n+1)
+		}
+	}))
+	t.Cleanup(review.Close)
+	var calls atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Write(answer)
+	}))
+	t.Cleanup(upstream.Close)
+	_, err := Run(context.Background(), Options{
+		Review: review.URL + "/review", Upstream: upstream.URL, Model: "service-2.0.0", APIKey: "k", Concurrency: 2,
+	}, failingWriter{})
+	if err == nil || !strings.Contains(err.Error(), "writing the output: disk full") {
+		t.Errorf("error %v", err)
+	}
+	if n := calls.Load(); n > 10 {
+		t.Errorf("%d of %d entries sent after the output failed", n, entries)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
