@@ -13,7 +13,8 @@
 //	```caddyfile append        a whole Caddyfile, adapted, and appended to the root
 //	                           Caddyfile for the shell examples' gateway
 //	```caddyfile serve         a whole Caddyfile, adapted, and served by the next
-//	                           `... run --config <file>` of the shell examples
+//	                           `... run --config <file>` of the shell examples;
+//	                           the repository holds <file> with the same text
 //	```sh, ```console          commands (console: the lines after "$ ") run by the
 //	                           test: curl against the gateway, promtool,
 //	                           systemone-gateway subcommands; `bash <file>` is
@@ -493,6 +494,9 @@ func (sh *shell) serve(config, file string, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(filepath.Dir(filepath.Join(runDir, file)), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(runDir, file), []byte(sh.ports.Replace(config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -631,6 +635,9 @@ func TestShellExamples(t *testing.T) {
 					sh.serve(read(t, "Caddyfile")+"\n"+strings.Join(appended, "\n"), "Caddyfile", env)
 				case pending == "":
 					t.Fatalf("%s: %q serves %s, and no caddyfile block before it is marked serve", b, c, file)
+				case !shipped(file, pending):
+					t.Errorf("%s: %q serves %s: the repository must hold that file, the same as the block marked serve before it", b, c, file)
+					fallthrough
 				default:
 					sh.serve(pending, file, env)
 					pending = ""
@@ -667,6 +674,14 @@ func TestShellExamples(t *testing.T) {
 	if !started || ran == 0 {
 		t.Errorf("started a gateway %v, ran %d blocks; want both", started, ran)
 	}
+}
+
+// shipped reports whether the repository holds file (a path from its
+// root) with text as its content, so that an operator who runs the
+// documented command from a clone serves what the docs show.
+func shipped(file, text string) bool {
+	data, err := os.ReadFile(filepath.Join(root, file))
+	return err == nil && string(data) == text
 }
 
 // haveTool reports whether a program is installed. Where it is missing the

@@ -15,7 +15,8 @@ import (
 
 // The probability an entry was drawn with reaches every /labels line of
 // it as audit_p (with the active audit, audit_floor and audit_from too),
-// through the real gateway, the review API and Redis.
+// and its Item in GET /items and GET /items/<id>, through the real
+// gateway, the review API and Redis.
 func TestLabelsCarryAuditProbability(t *testing.T) {
 	rs := redistest.Start(t)
 	zero := int64(0)
@@ -89,10 +90,32 @@ func TestLabelsCarryAuditProbability(t *testing.T) {
 		if l == nil {
 			t.Fatalf("no line for %s %s in %v", tc.id, tc.question, lines)
 		}
-		for k, v := range tc.want {
-			if got, ok := l[k]; v == nil && ok || v != nil && got != v {
-				t.Errorf("entry %s: %s = %v (present %v), want %v", tc.id, k, got, ok, v)
+		checkDraw(t, "/labels line of "+tc.id, l, tc.want)
+		var item map[string]any
+		s.get(t, "/review/items/"+tc.id, &item)
+		checkDraw(t, "GET /items/"+tc.id, item, tc.want)
+		var page struct{ Items []map[string]any }
+		s.get(t, "/review/items?limit=500", &page)
+		found := false
+		for _, it := range page.Items {
+			if it["id"] == tc.id {
+				found = true
+				checkDraw(t, "GET /items: "+tc.id, it, tc.want)
 			}
+		}
+		if !found {
+			t.Errorf("GET /items leaves out %s", tc.id)
+		}
+	}
+}
+
+// checkDraw compares the audit fields of a /labels line or an Item with
+// want (nil: the field is absent).
+func checkDraw(t *testing.T, what string, got, want map[string]any) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; v == nil && ok || v != nil && g != v {
+			t.Errorf("%s: %s = %v (present %v), want %v", what, k, g, ok, v)
 		}
 	}
 }

@@ -103,17 +103,23 @@ func isNull(raw json.RawMessage) bool {
 // stored (a body that is not JSON shows as a string), plus the stream id
 // and the stored labels.
 type Item struct {
-	ID        string          `json:"id"`
-	RequestID string          `json:"request_id"`
-	Org       string          `json:"org"`
-	Model     string          `json:"model"`
-	Route     string          `json:"route"`
-	Reason    string          `json:"reason"`
-	Audit     bool            `json:"audit"`
-	TS        string          `json:"ts"`
-	Questions []question      `json:"questions"`
-	Request   json.RawMessage `json:"request,omitempty"`
-	Response  json.RawMessage `json:"response,omitempty"`
+	ID        string `json:"id"`
+	RequestID string `json:"request_id"`
+	Org       string `json:"org"`
+	Model     string `json:"model"`
+	Route     string `json:"route"`
+	Reason    string `json:"reason"`
+	Audit     bool   `json:"audit"`
+	// AuditP, AuditFloor and AuditFrom are the entry's audit_p (the
+	// probability the audit drew it with), and the active audit's
+	// audit_floor and audit_from; each absent when the entry has none.
+	AuditP     json.Number     `json:"audit_p,omitempty"`
+	AuditFloor json.Number     `json:"audit_floor,omitempty"`
+	AuditFrom  json.Number     `json:"audit_from,omitempty"`
+	TS         string          `json:"ts"`
+	Questions  []question      `json:"questions"`
+	Request    json.RawMessage `json:"request,omitempty"`
+	Response   json.RawMessage `json:"response,omitempty"`
 	// ContentTooLarge names the bodies that did not fit in the route's
 	// max_content and were not stored ("request", "response"); absent
 	// when none was left out.
@@ -126,7 +132,8 @@ type Item struct {
 func (e *entry) item(records map[string]string) Item {
 	it := Item{
 		ID: e.id, RequestID: e.requestID, Org: e.org, Model: e.model, Route: e.route,
-		Reason: e.reason, Audit: e.audit, TS: e.ts, Questions: e.questions,
+		Reason: e.reason, Audit: e.audit, AuditP: e.auditP, AuditFloor: e.auditFloor, AuditFrom: e.auditFrom,
+		TS: e.ts, Questions: e.questions,
 		Request: jsonValue(e.request), Response: jsonValue(e.response), ContentTooLarge: e.tooLarge,
 	}
 	if it.Questions == nil {

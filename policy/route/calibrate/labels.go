@@ -8,12 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/systemone/systemone-gateway/internal/reviewapi"
 )
 
 // MaxLineBytes bounds one `/labels` line. A real line is a few hundred bytes;
@@ -53,61 +52,30 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// client fetches `/labels`: http.DefaultTransport's settings (proxy from
-// the environment, dial and TLS timeouts, HTTP/2), plus a bound on the wait
-// for the answer's headers. No overall timeout, since a large label set may
-// take a while to stream.
-var client = &http.Client{Transport: func() http.RoundTripper {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ResponseHeaderTimeout = 30 * time.Second
-	return t
-}()}
-
 func fetch(ctx context.Context, raw string) ([]Line, error) {
-	u, err := url.Parse(raw)
+	body, name, err := openURL(ctx, raw)
 	if err != nil {
-		// url.Error quotes the whole URL, password included.
-		return nil, errors.New("the labels URL does not parse")
+		return nil, err
 	}
-	name := u.Redacted()
-	user := u.User
-	u.User = nil // sent as a header, never as part of a URL that may be logged
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %v", name, err)
-	}
-	if user != nil {
-		pass, _ := user.Password()
-		req.SetBasicAuth(user.Username(), pass)
-	}
-	req.Header.Set("Accept", "application/x-ndjson")
-	resp, err := client.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err // its message repeats the URL
-		}
-		return nil, fmt.Errorf("GET %s: %v", name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		// The review API's errors are short {"detail": ...} bodies: worth
-		// showing, within bounds.
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		msg := fmt.Sprintf("GET %s: %s", name, resp.Status)
-		if b := bytes.TrimSpace(body); len(b) > 0 {
-			msg += ": " + strings.ToValidUTF8(string(b), "?")
-		}
-		if resp.StatusCode == http.StatusUnauthorized && user == nil {
-			msg += " (put the review API's basic_auth user in the URL: https://user:password@host/...)"
-		}
-		return nil, errors.New(msg)
-	}
-	lines, err := ReadLines(resp.Body)
+	defer body.Close()
+	lines, err := ReadLines(body)
 	if err != nil {
 		return nil, fmt.Errorf("reading GET %s: %w", name, err)
 	}
 	return lines, nil
+}
+
+// openURL opens an http(s) `/labels` URL through the review API's client
+// (internal/reviewapi: user info as basic auth to that origin only, no
+// redirect followed), and returns its body, streaming, and the URL as
+// messages show it.
+func openURL(ctx context.Context, raw string) (io.ReadCloser, string, error) {
+	review, err := reviewapi.New(raw, nil)
+	if err != nil {
+		return nil, "", errors.New("the labels URL does not parse")
+	}
+	body, err := review.Open(ctx, reviewapi.NDJSON)
+	return body, review.Redacted(), err
 }
 
 // ReadLines reads `/labels` NDJSON: one JSON object per line, blank lines

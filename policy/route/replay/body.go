@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/systemone/systemone-gateway/internal/rawjson"
 )
 
 // setModel returns body, an evaluation request, with its top-level `model`
@@ -168,48 +170,40 @@ func (s *scanner) value() error {
 	return nil
 }
 
-// rewriteLine returns a `/labels` line, a JSON object, with the members
-// named in set given new values, in their places; members the line lacks
-// are appended in the order of names. Every other member is kept as it
-// was, in its place: fields added to `/labels` later pass through.
+// rewriteLine returns a `/labels` line, a JSON object that a decoder has
+// already accepted, with the members named in set given new values, in
+// their places; members the line lacks are appended in the order of
+// names. Every other member is kept as it was, in its place: fields added
+// to `/labels` later pass through. It walks the line in place
+// (internal/rawjson): replay rewrites every line it reads.
 func rewriteLine(line []byte, names []string, set map[string]json.RawMessage) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	out := make([]byte, 0, len(line)+64)
+	out = append(out, '{')
+	done := make(map[string]bool, len(names))
+	member := func(quotedKey, value []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, quotedKey...)
+		out = append(out, ':')
+		out = append(out, value...)
+	}
+	if !rawjson.Members(line, 0, func(key, value []byte) bool {
+		name := rawjson.Unquote(key)
+		if nv, ok := set[name]; ok {
+			value = nv
+			done[name] = true
+		}
+		member(key, value)
+		return true
+	}) {
 		return nil, errors.New("not a JSON object")
-	}
-	var out bytes.Buffer
-	out.WriteByte('{')
-	done := map[string]bool{}
-	member := func(key string, value []byte) {
-		if out.Len() > 1 {
-			out.WriteByte(',')
-		}
-		k, _ := json.Marshal(key)
-		out.Write(k)
-		out.WriteByte(':')
-		out.Write(value)
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		if nv, ok := set[key]; ok {
-			v = nv
-			done[key] = true
-		}
-		member(key, v)
 	}
 	for _, name := range names {
 		if !done[name] {
-			member(name, set[name])
+			k, _ := json.Marshal(name)
+			member(k, set[name])
 		}
 	}
-	out.WriteByte('}')
-	return out.Bytes(), nil
+	return append(out, '}'), nil
 }

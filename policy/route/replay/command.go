@@ -40,6 +40,11 @@ response's x-request-id, every other field as in the original line. So:
 
   systemone-gateway replay ... | systemone-gateway calibrate --target 0.95 -
 
+No redirect is followed: a 3xx from the review API or the upstream is a
+failure, so that the review API's password and the API key go only to the
+URLs given. /labels is streamed, an entry at a time: memory does not grow
+with its length.
+
 The last line on standard error is the summary
 "replayed <n> skipped <n> failed <n> tokens <n> cost <yuan>" (skipped: no
 stored request; cost at --price yuan per million input tokens). The exit

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/reviewapi"
 	"github.com/systemone/systemone-gateway/policy/route"
 )
 
@@ -79,7 +80,8 @@ type Options struct {
 	// MaxWait bounds one wait before a retry; default DefaultMaxWait.
 	MaxWait time.Duration
 	// Client sends every request; default one with http.DefaultTransport's
-	// settings and a bound on the wait for headers.
+	// settings and a bound on the wait for headers. Whatever its
+	// CheckRedirect, no redirect is followed.
 	Client *http.Client
 	// Sleep waits before a retry; default a timer that ctx cancels. Tests
 	// inject one.
@@ -166,6 +168,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 type labelled struct {
 	entry string
 	lines []line
+	// tooLarge: the entry's lines exceed maxEntryBytes; they were not
+	// kept, and the entry fails.
+	tooLarge bool
 }
 
 // line is one `/labels` line: its bytes, and what replay reads of it.
@@ -176,65 +181,87 @@ type line struct {
 	label    json.RawMessage
 }
 
+// job is one entry on its way through Run: read, replayed by a worker,
+// written.
+type job struct {
+	entry labelled
+	done  chan result // gets the entry's one result
+}
+
 // Run replays the labelled entries of opts.Review to opts.Model and writes
-// the new `/labels` lines to out, entries in the order `/labels` first names
-// them. It fails, before writing anything, when `/labels` cannot be read;
-// an entry that fails is counted and logged, and the others go on.
+// the new `/labels` lines to out, entries in the order `/labels` names
+// them. It streams `/labels`: an entry is replayed as soon as its lines
+// are read, and at most opts.Concurrency entries wait to be written, so
+// its memory does not grow with the number of lines. It fails at once
+// when `/labels` cannot be opened; a line that is not a `/labels` line,
+// or out of the export's entry order, stops the reading there (the entries
+// before it are replayed and written) and is the error returned. An entry
+// that fails is counted and logged, and the others go on. No redirect is
+// followed, from the review API or the upstream: a 3xx is a failure, so
+// that credentials go nowhere but the origins named.
 func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	if err := opts.setDefaults(); err != nil {
 		return Summary{}, err
 	}
-	review, err := newReviewAPI(opts.Review, opts.Client)
+	review, err := reviewapi.New(opts.Review, opts.Client)
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, errors.New("--review is not an http(s) URL")
 	}
 	upstream, err := url.Parse(strings.TrimRight(opts.Upstream, "/") + "/v1/systemone")
 	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") {
 		return Summary{}, errors.New("--upstream is not an http(s) URL")
 	}
-	entries, err := review.labels(ctx)
+	ctx, cancel := context.WithCancel(ctx) // a failed write stops the reading too
+	defer cancel()
+	labels, err := review.Open(ctx, reviewapi.NDJSON, "labels")
 	if err != nil {
 		return Summary{}, err
 	}
-
-	r := &replayer{opts: opts, review: review, endpoint: upstream.String()}
-	results := make([]chan result, len(entries))
-	for i := range results {
-		results[i] = make(chan result, 1)
-	}
-	work := make(chan int)
+	defer labels.Close()
+	r := &replayer{opts: opts, review: review, client: reviewapi.NoRedirect(opts.Client), endpoint: upstream.String()}
+	// inOrder holds the entries read and not yet written, in /labels
+	// order; its bound is what keeps memory flat.
+	inOrder := make(chan *job, opts.Concurrency)
+	work := make(chan *job)
 	var wg sync.WaitGroup
-	for range min(opts.Concurrency, max(1, len(entries))) {
+	for range opts.Concurrency {
 		wg.Go(func() {
-			for i := range work {
-				results[i] <- r.replay(ctx, entries[i])
+			for j := range work {
+				j.done <- r.replay(ctx, j.entry)
 			}
 		})
 	}
+	var readErr error // written before inOrder closes
 	go func() {
+		defer close(inOrder)
 		defer close(work)
-		for i := range entries {
+		readErr = readLabels(labels, "GET "+review.Redacted("labels"), func(e labelled) bool {
+			j := &job{entry: e, done: make(chan result, 1)}
 			select {
-			case work <- i:
+			case inOrder <- j:
 			case <-ctx.Done():
-				for ; i < len(entries); i++ {
-					results[i] <- result{err: ctx.Err()}
-				}
-				return
+				return false
 			}
-		}
+			select {
+			case work <- j:
+				return true
+			case <-ctx.Done():
+				j.done <- result{err: ctx.Err()}
+				return false
+			}
+		})
 	}()
 
 	var sum Summary
 	var writeErr error
-	for i, ch := range results {
-		res := <-ch
+	for j := range inOrder {
+		res := <-j.done
 		switch {
 		case res.skipped:
 			sum.Skipped++
 		case res.err != nil:
 			sum.Failed++
-			fmt.Fprintf(opts.Log, "entry %s: %v\n", entries[i].entry, res.err)
+			fmt.Fprintf(opts.Log, "entry %s: %v\n", j.entry.entry, res.err)
 		default:
 			sum.Replayed++
 			sum.Tokens += res.tokens
@@ -243,6 +270,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 					_, writeErr = out.Write(append(l, '\n'))
 				}
 			}
+			if writeErr != nil {
+				cancel() // nowhere to write: stop asking
+			}
 		}
 	}
 	wg.Wait()
@@ -250,7 +280,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	if writeErr != nil {
 		return sum, fmt.Errorf("writing the output: %w", writeErr)
 	}
-	return sum, nil
+	return sum, readErr
 }
 
 // result is one entry's outcome.
@@ -262,14 +292,19 @@ type result struct {
 }
 
 type replayer struct {
-	opts     Options
-	review   *reviewAPI
+	opts   Options
+	review *reviewapi.Client
+	// client is opts.Client, following no redirect.
+	client   *http.Client
 	endpoint string
 }
 
 // replay sends one entry's stored request and rewrites its lines.
 func (r *replayer) replay(ctx context.Context, e labelled) result {
-	request, found, err := r.review.request(ctx, e.entry)
+	if e.tooLarge {
+		return result{err: fmt.Errorf("its /labels lines exceed %d bytes", maxEntryBytes)}
+	}
+	request, found, err := storedRequest(ctx, r.review, e.entry)
 	switch {
 	case err != nil:
 		return result{err: err}
@@ -355,7 +390,7 @@ func (r *replayer) send(ctx context.Context, body []byte) ([]byte, string, error
 		req.Header.Set("Authorization", "Bearer "+r.opts.APIKey)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(HeaderReplay, "1")
-		resp, err := r.opts.Client.Do(req)
+		resp, err := r.client.Do(req)
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -372,10 +407,12 @@ func (r *replayer) send(ctx context.Context, body []byte) ([]byte, string, error
 				return text, resp.Header.Get("X-Request-Id"), nil
 			case resp.StatusCode == http.StatusOK:
 				last = fmt.Errorf("reading the answer: %v", readErr)
+			case resp.StatusCode >= 300 && resp.StatusCode < 400:
+				return nil, "", fmt.Errorf("answered %s: replay follows no redirect, so that the API key goes only to --upstream; give the URL that answers", resp.Status)
 			case !retryable(resp.StatusCode):
-				return nil, "", fmt.Errorf("answered %s: %s", resp.Status, detail(text))
+				return nil, "", fmt.Errorf("answered %s: %s", resp.Status, reviewapi.Printable(text))
 			default:
-				last = fmt.Errorf("answered %s: %s", resp.Status, detail(text))
+				last = fmt.Errorf("answered %s: %s", resp.Status, reviewapi.Printable(text))
 				wait = retryAfter(resp.Header, time.Now())
 			}
 		}
@@ -410,13 +447,4 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
-}
-
-// detail shows an error answer's body, bounded.
-func detail(body []byte) string {
-	b := bytes.TrimSpace(body)
-	if len(b) > 200 {
-		b = append(b[:200:200], "..."...)
-	}
-	return strings.ToValidUTF8(string(b), "?")
 }

@@ -103,8 +103,8 @@ type fixture struct {
 }
 
 const labelsNDJSON = `{"entry":"1-0","request_id":"r1","org":"acme","model":"service-1.0.0","type":"noul","question":"late","confidence":0.9,"answer":0.95,"label":true,"agree":true,"audit":true,"route":"auto","reviewer":"ann","ts":"2026-01-01T00:00:00Z","audit_p":0.25}
-{"entry":"2-0","request_id":"r2","org":"acme","model":"service-1.0.0","type":"noul","question":"late","confidence":0.1,"answer":0.45,"label":false,"agree":true,"audit":true,"route":"human","reviewer":"ann","ts":"2026-01-01T00:00:00Z"}
 {"entry":"1-0","request_id":"r1","org":"acme","model":"service-1.0.0","type":"choice","question":"kind","confidence":0.5,"answer":"refund","label":"refund","agree":true,"audit":true,"route":"auto","reviewer":"ann","ts":"2026-01-01T00:00:00Z"}
+{"entry":"2-0","request_id":"r2","org":"acme","model":"service-1.0.0","type":"noul","question":"late","confidence":0.1,"answer":0.45,"label":false,"agree":true,"audit":true,"route":"human","reviewer":"ann","ts":"2026-01-01T00:00:00Z"}
 {"entry":"3-0","request_id":"r3","org":"acme","model":"service-1.0.0","type":"noul","question":"late","confidence":0.2,"answer":0.4,"label":false,"agree":true,"audit":true,"route":"human","reviewer":"bob","ts":"2026-01-01T00:00:00Z"}
 {"entry":"4-0","request_id":"r4","org":"acme","model":"service-1.0.0","type":"noul","question":"late","confidence":0.2,"answer":0.4,"label":false,"agree":true,"audit":true,"route":"human","reviewer":"bob","ts":"2026-01-01T00:00:00Z"}
 {"entry":"5-0","request_id":"r5","org":"acme","model":"service-1.0.0","type":"noul","question":"late","confidence":0.2,"answer":0.4,"label":false,"agree":true,"audit":true,"route":"human","reviewer":"bob","ts":"2026-01-01T00:00:00Z"}

@@ -8,86 +8,34 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
+	"strconv"
 	"strings"
+
+	"github.com/systemone/systemone-gateway/internal/reviewapi"
 )
 
-// reviewAPI reads a `systemone_review` mount: its user info goes as basic
-// auth, and the URL in messages is the redacted one.
-type reviewAPI struct {
-	base   *url.URL // without user info, path without a trailing slash
-	user   *url.Userinfo
-	name   string
-	client *http.Client
-}
+// maxEntryBytes bounds the `/labels` lines of one entry held at once. An
+// entry has one line per labelled question, a few hundred bytes each; the
+// bound only keeps a wrong source from filling memory within one entry.
+const maxEntryBytes = 16 << 20
 
-func newReviewAPI(raw string, client *http.Client) (*reviewAPI, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		// url.Error would quote the whole URL, password included.
-		return nil, errors.New("--review is not an http(s) URL")
-	}
-	api := &reviewAPI{user: u.User, name: u.Redacted(), client: client}
-	u.User = nil
-	u.Path = strings.TrimRight(u.Path, "/")
-	u.RawPath = ""
-	api.base = u
-	return api, nil
-}
-
-// open sends GET base + path and returns the 200 answer's body, which the
-// caller closes; nil for a 404 when notFoundOK. Any other status is an
-// error that shows the review API's short {"detail": ...} body.
-func (a *reviewAPI) open(ctx context.Context, path, accept string, notFoundOK bool) (io.ReadCloser, error) {
-	u := *a.base
-	u.Path += path
-	name := strings.TrimRight(a.name, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %v", name, err)
-	}
-	if a.user != nil {
-		pass, _ := a.user.Password()
-		req.SetBasicAuth(a.user.Username(), pass)
-	}
-	req.Header.Set("Accept", accept)
-	resp, err := a.client.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err // its message repeats the URL
-		}
-		return nil, fmt.Errorf("GET %s: %v", name, err)
-	}
-	if resp.StatusCode == http.StatusOK {
-		return resp.Body, nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound && notFoundOK {
-		return nil, nil
-	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	msg := fmt.Sprintf("GET %s: %s: %s", name, resp.Status, detail(body))
-	if resp.StatusCode == http.StatusUnauthorized && a.user == nil {
-		msg += " (put the review API's basic_auth user in the URL: https://user:password@host/...)"
-	}
-	return nil, errors.New(msg)
-}
-
-// labels reads `/labels` and groups its lines by entry, in the order the
-// entries first appear.
-func (a *reviewAPI) labels(ctx context.Context) ([]labelled, error) {
-	body, err := a.open(ctx, "/labels", "application/x-ndjson", false)
-	if err != nil {
-		return nil, err
-	}
-	defer body.Close()
-	var out []labelled
-	index := map[string]int{}
+// readLabels reads a `/labels` export, one entry at a time: it hands emit
+// each entry's lines as soon as the next entry's first line is read, and
+// holds nothing else, so its memory does not grow with the number of
+// lines. The review API exports an entry's lines together, entries in
+// stream id order; lines that break that order (an entry's lines apart,
+// which would make a second call for it) are an error, as is a line that
+// is not a `/labels` line. emit returns false to stop the reading. name is
+// the source in messages.
+func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	for num := 1; sc.Scan(); num++ {
+	var cur labelled
+	var curID streamID
+	held := 0
+	num := 0
+	for sc.Scan() {
+		num++
 		raw := bytes.TrimSpace(sc.Bytes())
 		if len(raw) == 0 {
 			continue
@@ -99,29 +47,67 @@ func (a *reviewAPI) labels(ctx context.Context) ([]labelled, error) {
 			Label    json.RawMessage `json:"label"`
 		}
 		if err := json.Unmarshal(raw, &f); err != nil || f.Entry == nil || f.Question == nil || f.Type == nil || len(f.Label) == 0 {
-			return nil, fmt.Errorf("GET %s/labels: line %d is not a /labels line (an object with entry, question, type and label)", strings.TrimRight(a.name, "/"), num)
+			return fmt.Errorf("%s: line %d is not a /labels line (an object with entry, question, type and label)", name, num)
 		}
-		i, ok := index[*f.Entry]
-		if !ok {
-			i = len(out)
-			index[*f.Entry] = i
-			out = append(out, labelled{entry: *f.Entry})
+		if *f.Entry != cur.entry || cur.entry == "" {
+			id, ok := parseStreamID(*f.Entry)
+			switch {
+			case !ok:
+				return fmt.Errorf("%s: line %d: entry %q is not a stream entry id", name, num, *f.Entry)
+			case cur.entry != "" && !curID.before(id):
+				return fmt.Errorf("%s: line %d: entry %s comes after entry %s: the review API exports an entry's lines together, in entry order", name, num, *f.Entry, cur.entry)
+			}
+			if cur.entry != "" && !emit(cur) {
+				return nil
+			}
+			cur, curID, held = labelled{entry: *f.Entry}, id, 0
 		}
-		out[i].lines = append(out[i].lines, line{raw: bytes.Clone(raw), question: *f.Question, typ: *f.Type, label: f.Label})
+		held += len(raw)
+		if held > maxEntryBytes {
+			cur.tooLarge, cur.lines = true, nil // counted as failed, read past
+			continue
+		}
+		cur.lines = append(cur.lines, line{raw: bytes.Clone(raw), question: *f.Question, typ: *f.Type, label: f.Label})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("GET %s/labels: %v", strings.TrimRight(a.name, "/"), err)
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("%s: line %d is longer than %d bytes", name, num+1, maxLine)
+		}
+		return fmt.Errorf("%s: after line %d: %v", name, num, err)
 	}
-	return out, nil
+	if cur.entry != "" {
+		emit(cur)
+	}
+	return nil
 }
 
-// request returns the stored request body of an entry: found is false when
+// streamID is a review stream entry id, <milliseconds>-<sequence>.
+type streamID struct{ ms, seq uint64 }
+
+func parseStreamID(s string) (streamID, bool) {
+	msText, seqText, ok := strings.Cut(s, "-")
+	if !ok {
+		return streamID{}, false
+	}
+	ms, err1 := strconv.ParseUint(msText, 10, 64)
+	seq, err2 := strconv.ParseUint(seqText, 10, 64)
+	return streamID{ms, seq}, err1 == nil && err2 == nil
+}
+
+func (a streamID) before(b streamID) bool {
+	return a.ms < b.ms || a.ms == b.ms && a.seq < b.seq
+}
+
+// storedRequest returns the stored request body of an entry: found is false when
 // the entry has none (stored without include_content, or trimmed from the
 // stream: 404). A body the review API returns as a JSON string (one that
 // was not plain JSON when stored) is that string's text.
-func (a *reviewAPI) request(ctx context.Context, entry string) (request []byte, found bool, err error) {
-	body, err := a.open(ctx, "/items/"+url.PathEscape(entry), "application/json", true)
-	if err != nil || body == nil {
+func storedRequest(ctx context.Context, review *reviewapi.Client, entry string) (request []byte, found bool, err error) {
+	body, err := review.Open(ctx, reviewapi.JSON, "items", entry)
+	if reviewapi.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
 		return nil, false, err
 	}
 	defer body.Close()
