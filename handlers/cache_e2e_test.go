@@ -19,6 +19,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -326,8 +327,9 @@ func TestCacheHitMeetsTheBreaker(t *testing.T) {
 }
 
 // With redis, two gateway instances (two processes) share the entries: one
-// stores, the other answers from them, to the same org only; the hit runs
-// the queue and the audit on the instance that answers it.
+// stores, the other answers from them, to the same org only. A hit is
+// neither queued nor drawn by the audit: repeated identical requests,
+// hits on either instance, leave exactly one queue entry.
 func TestCacheSharedThroughRedis(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	rs := redistest.Start(t)
@@ -354,16 +356,21 @@ func TestCacheSharedThroughRedis(t *testing.T) {
 	if sim.Calls() != 2 {
 		t.Errorf("%d upstream calls, want 2", sim.Calls())
 	}
-	// Keys under key_prefix, one per stored answer, living their ttl.
+	// Keys under key_prefix, one per stored answer and one per accepted
+	// key (a hash, never the key), living their ttl.
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer client.Close()
 	keys, err := client.Keys(context.Background(), "systemone:cache:*").Result()
-	if err != nil || len(keys) != 2 {
-		t.Errorf("cache keys %q %v, want the two orgs' entries", keys, err)
+	records, _ := client.Keys(context.Background(), "systemone:cache:key:*").Result()
+	if err != nil || len(keys) != 4 || len(records) != 2 {
+		t.Errorf("cache keys %q %v, want the two orgs' entries and their keys' records", keys, err)
 	}
 	for _, k := range keys {
 		if ttl := client.PTTL(context.Background(), k).Val(); ttl <= 9*time.Minute || ttl > 10*time.Minute {
 			t.Errorf("%s lives %v, want ttl's 10m", k, ttl)
+		}
+		if v, _ := client.Get(context.Background(), k).Result(); strings.Contains(k+v, "shared-key") || strings.Contains(k+v, "another-key") {
+			t.Errorf("%s holds a bearer key", k)
 		}
 	}
 	if hitLog := b.Entries(); len(hitLog) != 2 || hitLog[0]["cache"] != "hit" || hitLog[1]["cache"] != "miss" {
@@ -373,19 +380,46 @@ func TestCacheSharedThroughRedis(t *testing.T) {
 		t.Errorf("A's log %v", missLog)
 	}
 
-	// audit 1: every routed 200, the hit included, is queued.
-	var entries []redis.XMessage
-	for deadline := time.Now().Add(5 * time.Second); len(entries) < 3 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		entries, _ = client.XRange(context.Background(), "review:all", "-", "+").Result()
+	// More hits on both instances: still one entry for the stored answer.
+	for i := range 10 {
+		url := urlA
+		if i%2 == 1 {
+			url = urlB
+		}
+		if resp, _ := post(t, url, "shared-key", body); resp.Header.Get("X-Cache") != "hit" {
+			t.Fatalf("repeat %d: X-Cache %q", i, resp.Header.Get("X-Cache"))
+		}
 	}
+	// audit 1: each routed 200 forwarded is queued, once: the two misses,
+	// then one new request per instance. Each instance writes its entries
+	// in order, so once the last two are there, any a hit wrote would be.
+	for _, url := range []string{urlA, urlB} {
+		if resp, _ := post(t, url, "shared-key", versionBody("the last, on "+url)); resp.Header.Get("X-Cache") != "miss" {
+			t.Fatalf("a new body: X-Cache %q", resp.Header.Get("X-Cache"))
+		}
+	}
+	var entries []redis.XMessage
+	lasts := func() int {
+		n := 0
+		for _, e := range entries {
+			if q, _ := e.Values["questions"].(string); e.Values["request_id"] != first.Header.Get("X-Request-Id") && q != "" {
+				n++
+			}
+		}
+		return n
+	}
+	wait.Until(t, "every forwarded answer's queue entry", func() bool {
+		entries, _ = client.XRange(context.Background(), "review:all", "-", "+").Result()
+		return lasts() >= 3
+	})
 	ids := 0
 	for _, e := range entries {
 		if e.Values["request_id"] == first.Header.Get("X-Request-Id") {
 			ids++
 		}
 	}
-	if len(entries) != 3 || ids != 2 {
-		t.Errorf("%d queue entries, %d of them the stored answer's, want 3 and 2", len(entries), ids)
+	if len(entries) != 4 || ids != 1 {
+		t.Errorf("%d queue entries, %d of them the stored answer's, want 4 and 1: a hit was queued or drawn", len(entries), ids)
 	}
 }
 

@@ -61,9 +61,14 @@ const (
 // handler's redis.UniversalClient (a server or a cluster) is one.
 type RedisClient = redisstore.Client
 
+// Gauge is what the cache reports the requests waiting for an identical
+// miss to (a prometheus.Gauge is one).
+type Gauge interface{ Add(float64) }
+
 // Cache is one config's answer cache. It is safe for concurrent use.
 type Cache struct {
 	store     ttlstore.Store
+	waiting   Gauge
 	ttl       time.Duration
 	maxSize   int64
 	now       func() time.Time
@@ -85,31 +90,42 @@ type flight struct {
 // (the gateway's client; the caller keeps owning it) entries live in Redis
 // under prefix + "cache:"; without, in process, shared with every config of
 // the same prefix and settings (so a reload that keeps them keeps the
-// entries). A nil logger logs nothing. Call Close when the config is
+// entries). waiting, when not nil, counts the requests waiting for an
+// identical miss. A nil logger logs nothing. Call Close when the config is
 // retired.
-func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger) (*Cache, error) {
+func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger, waiting Gauge) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	ttl := time.Duration(cfg.TTL)
+	var c *Cache
 	if rdb != nil {
-		return newWithStore(redisstore.New(rdb, redisstore.Options{
+		c = newWithStore(redisstore.New(rdb, redisstore.Options{
 			Prefix: prefix + "cache:", TTL: ttl, Timeout: StoreTimeout, Logger: logger,
 			Name: "answer cache", Degraded: "answering misses",
-		}), ttl, cfg.MaxSize), nil
+		}), ttl, cfg.MaxSize)
+	} else {
+		name := fmt.Sprintf("answers|%s|ttl=%v|max_entries=%d|max_size=%d", prefix, ttl, cfg.MaxEntries, cfg.MaxSize)
+		store, release := memstore.Acquire(name, memstore.Limits{Entries: cfg.MaxEntries, TTL: ttl})
+		c = newWithStore(store, ttl, cfg.MaxSize)
+		c.release = release
 	}
-	name := fmt.Sprintf("answers|%s|ttl=%v|max_entries=%d|max_size=%d", prefix, ttl, cfg.MaxEntries, cfg.MaxSize)
-	store, release := memstore.Acquire(name, memstore.Limits{Entries: cfg.MaxEntries, TTL: ttl})
-	c := newWithStore(store, ttl, cfg.MaxSize)
-	c.release = release
+	if waiting != nil {
+		c.waiting = waiting
+	}
 	return c, nil
 }
 
 // newWithStore is a cache over any store.
 func newWithStore(s ttlstore.Store, ttl time.Duration, maxSize int64) *Cache {
-	return &Cache{store: s, ttl: ttl, maxSize: maxSize, now: time.Now, release: func() error { return nil }, flights: make(map[string]*flight)}
+	return &Cache{store: s, waiting: noGauge{}, ttl: ttl, maxSize: maxSize, now: time.Now, release: func() error { return nil }, flights: make(map[string]*flight)}
 }
+
+// noGauge counts nothing.
+type noGauge struct{}
+
+func (noGauge) Add(float64) {}
 
 // Lookup is what the cache found for one request: a hit, or a miss.
 type Lookup struct {
@@ -182,6 +198,8 @@ func (c *Cache) follow(ctx context.Context, l *Lookup) bool {
 	}
 	f.followers++
 	c.mu.Unlock()
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
 	select {
 	case <-f.done:
 		return true

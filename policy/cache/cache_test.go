@@ -288,7 +288,7 @@ func TestRedisHitIsOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := New(Config{}, rdb, "p:", nil)
+	c, err := New(Config{}, rdb, "p:", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestRedisHitIsOneRoundTrip(t *testing.T) {
 		t.Error("a key never accepted got a hit through Redis")
 	}
 	// Across a reload (a new cache on the same Redis) the key stays known.
-	again, _ := New(Config{}, rdb, "p:", nil)
+	again, _ := New(Config{}, rdb, "p:", nil, nil)
 	if _, ok := hit(again, acme, body); !ok {
 		t.Error("the accepted key missed after a reload")
 	}
@@ -339,7 +339,7 @@ func TestConfig(t *testing.T) {
 	if time.Duration(d.TTL) != 10*time.Minute || d.MaxEntries != 10000 || d.MaxSize != 1<<20 {
 		t.Errorf("defaults %+v", d)
 	}
-	if _, err := New(Config{MaxSize: -1}, nil, "p:", nil); err == nil {
+	if _, err := New(Config{MaxSize: -1}, nil, "p:", nil, nil); err == nil {
 		t.Error("New took an invalid config")
 	}
 }
@@ -349,13 +349,13 @@ func TestConfig(t *testing.T) {
 // afresh.
 func TestInProcessEntriesSurviveAReloadThatKeepsTheSettings(t *testing.T) {
 	prefix := t.Name() + ":"
-	old, err := New(Config{}, nil, prefix, nil)
+	old, err := New(Config{}, nil, prefix, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	store(old, acme, body, answer)
-	same, _ := New(Config{TTL: 0, MaxEntries: DefaultMaxEntries}, nil, prefix, nil) // the defaults, written out
-	other, _ := New(Config{MaxEntries: 5}, nil, prefix, nil)
+	same, _ := New(Config{TTL: 0, MaxEntries: DefaultMaxEntries}, nil, prefix, nil, nil) // the defaults, written out
+	other, _ := New(Config{MaxEntries: 5}, nil, prefix, nil, nil)
 	_ = old.Close()
 	_ = old.Close() // a second close lets go of nothing more
 	if _, ok := hit(same, acme, body); !ok {
@@ -366,7 +366,7 @@ func TestInProcessEntriesSurviveAReloadThatKeepsTheSettings(t *testing.T) {
 	}
 	_ = same.Close()
 	_ = other.Close()
-	again, _ := New(Config{}, nil, prefix, nil)
+	again, _ := New(Config{}, nil, prefix, nil, nil)
 	defer again.Close()
 	if _, ok := hit(again, acme, body); ok {
 		t.Error("entries outlived every config that held them")
