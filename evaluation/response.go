@@ -47,6 +47,36 @@ func (r *Response) Find(id string) (Answer, bool) {
 	return Answer{}, false
 }
 
+// AnswersAll reports whether the response answers every question of qs:
+// each has an answer of its type that carries the type's value (the noul
+// probability, the choice key, the score). A body that says something
+// else with a 200 (an error's detail, an empty answers map) answers
+// nothing. Linear in the questions and answers.
+func (r *Response) AnswersAll(qs []Question) bool {
+	last := make(map[string]Answer, len(r.Answers))
+	for _, a := range r.Answers {
+		last[a.ID] = a // a repeated id is answered by its last occurrence
+	}
+	for _, q := range qs {
+		a, ok := last[q.ID]
+		if !ok || a.Type != q.Type {
+			return false
+		}
+		switch q.Type {
+		case TypeNoul:
+			ok = a.HasNoul
+		case TypeChoice:
+			ok = a.HasChoice
+		case TypeScore:
+			ok = a.HasScore
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // ErrUnreadable is a response body that is not a readable evaluation answer.
 var ErrUnreadable = errors.New("unreadable evaluation response")
 

@@ -149,3 +149,31 @@ func BenchmarkParseResponse50StdMap(b *testing.B) {
 		}
 	}
 }
+
+// A 200 answers its request only when every question has an answer of its
+// type with the type's value.
+func TestAnswersAll(t *testing.T) {
+	qs := []Question{{ID: "a", Type: TypeNoul}, {ID: "b", Type: TypeChoice}, {ID: "c", Type: TypeScore}}
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"model":"m","answers":{"a":{"type":"noul","noul":0.9},"b":{"type":"choice","choice":"x","confidence":0.8},"c":{"type":"score","score":3,"confidence":0.7}}}`, true},
+		{`{"model":"m","detail":"internal error, retry"}`, false},
+		{`{"model":"m","answers":{}}`, false},
+		{`{"model":"m","answers":{"a":{"type":"noul","noul":0.9},"b":{"type":"choice","choice":"x"}}}`, false},
+		{`{"model":"m","answers":{"a":{"type":"noul","noul":null},"b":{"type":"choice","choice":"x"},"c":{"type":"score","score":3}}}`, false},
+		{`{"model":"m","answers":{"a":{"type":"choice","choice":"x"},"b":{"type":"choice","choice":"x"},"c":{"type":"score","score":3}}}`, false},
+		{`{"model":"m","answers":{"a":{"type":"noul","noul":0.9},"b":{"type":"choice","choice":1},"c":{"type":"score","score":3}}}`, false},
+		{`{"model":"m","answers":{"a":{"type":"noul","noul":0.9},"b":{"type":"choice","choice":"x"},"c":{"type":"score","score":3},"c":{"type":"score"}}}`, false},
+		{`{"model":"m","answers":{"a":{"type":"noul","noul":0.9},"b":{"type":"choice","choice":"x"},"c":{"type":"score"},"c":{"type":"score","score":2}}}`, true},
+	} {
+		resp, err := ParseResponse([]byte(tc.body))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		if got := resp.AnswersAll(qs); got != tc.want {
+			t.Errorf("%s: AnswersAll %v, want %v", tc.body, got, tc.want)
+		}
+	}
+}

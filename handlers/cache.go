@@ -18,22 +18,26 @@ const (
 )
 
 // lookUpAnswer looks for an answer stored for the org's exact body (the
-// bytes as received), before the admission: a hit is admitted as one
-// request without tokens. A request that names no model can never hit and
-// costs no lookup. A store that fails is a miss.
+// bytes as received), in the scope of the identity mode that named the
+// org, before the admission: a hit (for a key the upstream accepted) is
+// admitted as one request without tokens. An identical request already at
+// the upstream is waited for (see cache.Cache.Lookup). A request that names
+// no model can never hit and costs no lookup. A store that fails is a miss.
 func (h *Handler) lookUpAnswer(ctx context.Context, x *exchange) {
 	if !cache.Cacheable(x.req.Model) {
 		return
 	}
-	if a, ok := h.cache.Lookup(ctx, x.org, x.body.bytes()); ok {
+	who := cache.Asker{Scope: string(x.caller.Source), Org: x.org, KeySum: x.caller.KeySum}
+	x.lookup = h.cache.Lookup(ctx, who, x.body.bytes())
+	if a, ok := x.lookup.Hit(); ok {
 		x.cached = &a
 	}
 }
 
 // answerFromCache is a hit's upstream step: the stored answer goes to the
 // client instead of the upstream's, and on the way back it is read and
-// routed as a forwarded answer is, under the thresholds in force now, with
-// its queue entry or audit draw. It carries the stored status,
+// routed as a forwarded answer is, under the thresholds in force now
+// (neither queued nor drawn by the audit). It carries the stored status,
 // Content-Type, body bytes and x-request-id, and X-Cache: hit. Nothing
 // reaches the upstream: the breaker counts nothing, and nothing is billed.
 //
@@ -65,23 +69,30 @@ func (h *Handler) answerFromCache(w http.ResponseWriter, r *http.Request, x *exc
 	return nil
 }
 
-// keepAnswer offers the cache the upstream's answer (raw: the whole body
-// as sent, nil when it was not buffered whole) just before it goes to the
-// client (see cache.Cache.Keep for what it takes). It is stored before the
-// client has any of it, so that the client's next identical request, to
-// any instance, finds it: a stored miss waits for the store (in Redis, one
-// round trip bounded by cache.StoreTimeout).
-func (h *Handler) keepAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
-	if raw == nil || !h.cache.Takes(status, x.req.Model, x.model, len(raw)) {
+// recordAnswer tells the cache the upstream's answer to a request it
+// looked up (raw: the whole body as sent, nil when it was not buffered
+// whole) just before it goes to the client: a 200 marks the key accepted
+// and is stored when the cache takes it (see cache.Cache.Takes); a 401 or
+// 403 forgets the key. It is recorded before the client has any of it, so
+// that the client's next identical request, to any instance, finds it, and
+// the identical requests waiting for this one look again: a stored miss
+// waits for the store (in Redis, one round trip bounded by
+// cache.StoreTimeout).
+func (h *Handler) recordAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
+	if x.lookup == nil {
 		return
 	}
-	h.cache.Keep(ctx, x.org, x.body.bytes(), x.req.Model, x.model, cache.Answer{
-		Status:          status,
-		ContentType:     header.Get("Content-Type"),
-		ContentEncoding: header.Get("Content-Encoding"),
-		RequestID:       x.requestID,
-		Body:            raw,
-	})
+	var stored *cache.Answer
+	if raw != nil && h.cache.Takes(status, x.req, x.resp, len(raw)) {
+		stored = &cache.Answer{
+			Status:          status,
+			ContentType:     header.Get("Content-Type"),
+			ContentEncoding: header.Get("Content-Encoding"),
+			RequestID:       x.requestID,
+			Body:            raw,
+		}
+	}
+	h.cache.Record(ctx, x.lookup, status, stored)
 }
 
 // acceptsCoding reports whether the request's Accept-Encoding takes the

@@ -39,10 +39,14 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		h.record(x)
 		x.body.release()
 	}()
+	// Identical misses waiting for this one look again when it ends, if
+	// they have not yet.
+	defer func() { h.cache.Done(x.lookup) }()
 
 	key, ok := identity.BearerKey(r.Header)
 	if ok {
-		x.org, ok = h.identity.Org(r, key)
+		x.caller, ok = h.identity.Identify(r, key)
+		x.org = x.caller.Org
 	}
 	if !ok {
 		return x.answer(w, answer{status: http.StatusUnauthorized, reason: rejectInvalidKey, body: []byte(bodyInvalidKey)})
@@ -201,7 +205,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 		}
 		h.readAnswer(r.Context(), x, w.Header(), status, raw)
 		if h.cache != nil && serveErr == nil {
-			h.keepAnswer(r.Context(), x, w.Header(), status, raw)
+			h.recordAnswer(r.Context(), x, w.Header(), status, raw)
 		}
 		return true
 	}
@@ -290,6 +294,7 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 				resp, _ = evaluation.ParseResponse(text)
 			}
 		}
+		x.resp = resp
 		if resp != nil {
 			x.model = resp.Model
 			if x.cache != cacheHit { // a hit is billed nothing
@@ -302,8 +307,12 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 			x.route = &d
 			d.SetHeaders(header)
 			// The router queues human routes and the audit's draw; it
-			// copies the bodies only with include_content.
-			h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text, Replay: x.replay})
+			// copies the bodies only with include_content. A hit is
+			// neither queued nor drawn: its answer was, once, when it
+			// was stored.
+			if x.cache != cacheHit {
+				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text, Replay: x.replay})
+			}
 		}
 	case http.StatusTooManyRequests:
 		// The upstream's own quota for this org: hold the org at the edge.
@@ -350,6 +359,7 @@ type exchange struct {
 	start     time.Time
 	span      trace.Span // the request's span: Caddy's tracing, or a no-op
 	org       string
+	caller    identity.Caller
 	body      *pooledBody // the request body as received; the handler's reference
 	text      []byte      // the body as inspected (decompressed); valid while body is held
 	req       *evaluation.Request
@@ -364,12 +374,14 @@ type exchange struct {
 	verdict      *guardrails.Verdict       // its verdict, once taken; nil when the client left first
 	verdictTaken bool
 	route        *route.Decision
+	lookup       *cache.Lookup // what the answer cache found, before the admission; nil when it was not asked
 	cached       *cache.Answer // the answer the cache holds for the request, found before the admission
 	cache        string        // X-Cache and the log's `cache`: hit, miss, or empty before the upstream step
 
 	upstreamStatus int   // the status the upstream answered, 0 when it did not
 	upstreamErr    error // why the upstream could not be reached
 	model          string
+	resp           *evaluation.Response // the upstream's 200 as read; nil when unread
 	usage          int64
 	hasUsage       bool
 	requestID      string
@@ -434,6 +446,13 @@ func (x *exchange) refusedByVerdict() (answer, bool) {
 	if x.verdict == nil {
 		return answer{status: statusClientClosed}, true // see below
 	}
+	refused := func(a answer) (answer, bool) {
+		// A guardrails refusal is the gateway's own answer, as before the
+		// upstream step: no X-Cache, even when a parallel check let the
+		// request reach the upstream.
+		x.cache = ""
+		return a, true
+	}
 	switch v := x.verdict; {
 	case v.Unavailable && errors.Is(v.Err, context.Canceled):
 		// Not the guardrails service's failure: the client went away
@@ -442,9 +461,9 @@ func (x *exchange) refusedByVerdict() (answer, bool) {
 		x.verdict = nil
 		return answer{status: statusClientClosed}, true
 	case v.Unavailable:
-		return answer{status: http.StatusServiceUnavailable, reason: rejectGuardrailsDown, body: []byte(bodyGuardrailsDown), retryAfter: defaultRetryAfterShort}, true
+		return refused(answer{status: http.StatusServiceUnavailable, reason: rejectGuardrailsDown, body: []byte(bodyGuardrailsDown), retryAfter: defaultRetryAfterShort})
 	case v.Action == guardrails.ActionBlock:
-		return answer{status: http.StatusBadRequest, reason: rejectGuardrailsBlock, body: v.BlockedBody()}, true
+		return refused(answer{status: http.StatusBadRequest, reason: rejectGuardrailsBlock, body: v.BlockedBody()})
 	}
 	return answer{}, false
 }

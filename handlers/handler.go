@@ -153,7 +153,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	if h.Cache != nil {
-		if h.cache, err = cache.New(*h.Cache, h.redis, prefix, h.logger.Named("cache")); err != nil {
+		if h.cache, err = cache.New(*h.Cache, h.redis, prefix, h.logger.Named("cache"), h.metrics.cacheWaiting); err != nil {
 			return fmt.Errorf("cache: %v", err)
 		}
 	}

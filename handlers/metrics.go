@@ -28,6 +28,7 @@ type metrics struct {
 	limiterState    prometheus.Collector
 	budgetSpent     *prometheus.GaugeVec
 	cacheRequests   *prometheus.CounterVec
+	cacheWaiting    prometheus.Gauge
 }
 
 // otherLabel stands for every value past a label's bound: orgs that
@@ -83,6 +84,10 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Namespace: namespace, Name: "cache_requests_total",
 			Help: "Evaluation requests that reached the upstream step with the answer cache on, by result: hit (answered from the cache) or miss (forwarded).",
 		}, []string{"result"}),
+		cacheWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "cache_waiting",
+			Help: "Evaluation requests waiting for the answer to an identical request (same org and body) that is at the upstream.",
+		}),
 	}
 })
 
@@ -122,6 +127,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.cacheRequests, err = register(reg, m.cacheRequests)
+	}
+	if err == nil {
+		m.cacheWaiting, err = register(reg, m.cacheWaiting)
 	}
 	return &m, err
 }

@@ -19,6 +19,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/testclock"
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 func newRedis(t *testing.T, srv *redistest.Server) *redis.Client {
@@ -81,58 +83,53 @@ func TestCacheRedisShared(t *testing.T) {
 	}
 }
 
-// countingRedis counts the commands sent to Redis.
-type countingRedis struct {
-	RedisClient
-	commands atomic.Int64
-}
-
-func (c *countingRedis) Get(ctx context.Context, key string) *redis.StringCmd {
-	c.commands.Add(1)
-	return c.RedisClient.Get(ctx, key)
-}
-
-func (c *countingRedis) Set(ctx context.Context, key string, value any, ttl time.Duration) *redis.StatusCmd {
-	c.commands.Add(1)
-	return c.RedisClient.Set(ctx, key, value, ttl)
-}
-
+// Redis that stops is a miss for every check, never a failed check; after
+// a run of failures the cache rests Redis (no command at all), a probe in
+// the background brings it back, and the outage logs one warning and one
+// recovery.
 func TestCacheRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	svc := newService(t, answer(passAnswer))
 	core, logs := observer.New(zapcore.DebugLevel)
-	rdb := &countingRedis{RedisClient: newRedis(t, srv)}
+	rdb := newRedis(t, srv)
+	sent := new(redistest.CountHook)
+	rdb.AddHook(sent)
 	c, err := New(Config{URL: svc.URL, APIKey: testKey, Cache: caddy.Duration(time.Minute)}, rdb, "p:", zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Unix(1_700_000_000, 0)
-	c.cache.(*redisCache).now = func() time.Time { return now }
+	clock := testclock.New(time.Unix(1_700_000_000, 0))
+	c.cache = newVerdictStore(rdb, "p:guardrails:", time.Minute, zap.New(core), clock.Now)
 	ctx := context.Background()
-	check := func(wantCached bool, wantCommands int64) {
+	check := func(wantCached bool) {
 		t.Helper()
-		rdb.commands.Store(0)
 		if v := c.Check(ctx, []byte(`"x"`)); v.Action != ActionPass || v.Err != nil || v.Cached != wantCached {
 			t.Fatalf("verdict %+v, want a pass, cached %v", v, wantCached)
-		}
-		if n := rdb.commands.Load(); n != wantCommands {
-			t.Errorf("%d Redis commands, want %d", n, wantCommands)
 		}
 	}
 
 	srv.Stop()
-	check(false, 1) // GET fails; no SET while Redis rests
-	check(false, 0) // left alone for a while
-	now = now.Add(redisRetryAfter)
-	check(false, 1) // tried again, still down
-	if n := svc.calls.Load(); n != 3 {
-		t.Errorf("service called %d times, want 3", n)
+	check(false) // GET and SET fail
+	check(false) // GET fails: three in a row, Redis rests
+	before := sent.Sent.Load()
+	check(false)
+	check(false)
+	if n := sent.Sent.Load() - before; n != 0 {
+		t.Errorf("%d Redis commands while resting, want none", n)
+	}
+	if n := svc.calls.Load(); n != 4 {
+		t.Errorf("service called %d times, want 4", n)
 	}
 
 	srv.Restart()
-	now = now.Add(redisRetryAfter)
-	check(false, 2) // GET misses, SET stores
-	check(true, 1)
+	clock.Advance(time.Second)
+	check(false) // starts the probe, in the background
+	wait.Until(t, "the probe to find Redis back", func() bool {
+		v := c.Check(ctx, []byte(`"x"`))
+		return v.Cached
+	})
+	clock.Advance(time.Minute) // the outage settles
+	check(true)
 	if n := logs.FilterMessageSnippet("redis failing").FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 {
 		t.Errorf("%d warnings that Redis fails, want 1", n)
 	}
@@ -140,6 +137,34 @@ func TestCacheRedisDown(t *testing.T) {
 		t.Errorf("%d entries that Redis is back, want 1", n)
 	}
 	assertNoSecrets(t, logs)
+}
+
+// A client that hangs up mid-check is not a Redis failure: however many
+// checks are cancelled, the shared cache stays on and logs nothing.
+func TestCancelledCheckLeavesTheSharedCacheOn(t *testing.T) {
+	srv := redistest.Start(t)
+	svc := newService(t, answer(passAnswer))
+	core, logs := observer.New(zapcore.DebugLevel)
+	rdb := newRedis(t, srv)
+	c, err := New(Config{URL: svc.URL, APIKey: testKey, Cache: caddy.Duration(time.Minute)}, rdb, "p:", zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c.Check(ctx, []byte(`"shared"`)) // stored
+	for range 10 {
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if v := c.Check(cancelled, []byte(`"another"`)); !v.Unavailable {
+			t.Fatalf("a cancelled check: %+v", v)
+		}
+	}
+	if v := c.Check(ctx, []byte(`"shared"`)); !v.Cached {
+		t.Errorf("the shared cache is off after cancelled checks: %+v", v)
+	}
+	if n := logs.FilterMessageSnippet("redis").Len(); n != 0 {
+		t.Errorf("%d log entries about Redis", n)
+	}
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

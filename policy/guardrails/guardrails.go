@@ -29,6 +29,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/systemone/systemone-gateway/internal/ttlstore"
 )
 
 // ErrTimeout is wrapped by a Verdict's Err when the service did not answer
@@ -59,7 +61,7 @@ type Checker struct {
 	cfg      Config // defaults applied
 	endpoint string
 	client   *http.Client
-	cache    verdictCache // nil when the cache is off
+	cache    ttlstore.Store // verdicts by cacheKey; nil when the cache is off
 	logger   *zap.Logger
 
 	// flights lets identical concurrent checks share one call to the service.
@@ -94,12 +96,8 @@ func New(cfg Config, rdb RedisClient, keyPrefix string, logger *zap.Logger) (*Ch
 		},
 		logger: logger,
 	}
-	switch {
-	case cfg.Cache == 0:
-	case rdb != nil:
-		c.cache = newRedisCache(rdb, keyPrefix+"guardrails:", time.Duration(cfg.Cache), logger)
-	default:
-		c.cache = newMemoryCache(defaultCacheEntries, defaultCacheBytes, time.Duration(cfg.Cache), time.Now)
+	if cfg.Cache != 0 {
+		c.cache = newVerdictStore(rdb, keyPrefix+"guardrails:", time.Duration(cfg.Cache), logger, time.Now)
 	}
 	return c, nil
 }
@@ -136,7 +134,9 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 
 	key := cacheKey(c.cfg.Model, msgs)
 	if c.cache != nil {
-		if a, ok := c.cache.get(ctx, key); ok {
+		// A lookup cut short because the client went away is a miss, and
+		// never a Redis failure (the store's health rule).
+		if a, ok := decodeVerdict(c.cache.Get(ctx, key)[0]); ok {
 			v := c.decide(a)
 			v.Cached = true
 			return v
@@ -150,7 +150,7 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 		a, err := c.ask(callCtx, msgs)
 		c.noteHealth(err)
 		if err == nil && c.cache != nil {
-			c.cache.set(callCtx, key, a)
+			c.cache.Set(callCtx, ttlstore.Entry{Key: key, Value: encodeVerdict(a)})
 		}
 		return a, err
 	})

@@ -24,6 +24,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/testclock"
+	"github.com/systemone/systemone-gateway/internal/ttlstore"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/memstore"
 )
 
 const testKey = "gw-secret-key-123"
@@ -468,8 +471,8 @@ func TestCallerGoesAway(t *testing.T) {
 func TestCacheInProcess(t *testing.T) {
 	svc := newService(t, answer(verdictJSON("中风险", []string{"色情"}, nil, "代答", "抱歉")))
 	c := newChecker(t, Config{URL: svc.URL, Cache: caddy.Duration(time.Minute)})
-	now := time.Unix(1_700_000_000, 0)
-	c.cache.(*memoryCache).now = func() time.Time { return now }
+	clock := testclock.New(time.Unix(1_700_000_000, 0))
+	c.cache = newVerdictStore(nil, "", time.Minute, nil, clock.Now)
 	ctx := context.Background()
 
 	first := c.Check(ctx, []byte(`"同一段文字"`))
@@ -499,12 +502,12 @@ func TestCacheInProcess(t *testing.T) {
 	}
 
 	// Expiry.
-	now = now.Add(59 * time.Second)
+	clock.Advance(59 * time.Second)
 	c.Check(ctx, []byte(`"同一段文字"`))
 	if n := svc.calls.Load(); n != 3 {
 		t.Errorf("before expiry: service called %d times, want 3", n)
 	}
-	now = now.Add(time.Second)
+	clock.Advance(time.Second)
 	if v := c.Check(ctx, []byte(`"同一段文字"`)); v.Cached {
 		t.Error("an expired verdict was used")
 	}
@@ -566,33 +569,21 @@ func TestCacheKey(t *testing.T) {
 	}
 }
 
+// The in-process verdict cache is bounded in entries and bytes: a verdict
+// larger than the bound is not kept.
 func TestMemoryCacheBounds(t *testing.T) {
-	now := time.Unix(0, 0)
-	m := newMemoryCache(3, 1000, time.Minute, func() time.Time { return now })
 	ctx := context.Background()
-	for i := range 3 {
-		m.set(ctx, fmt.Sprint(i), assessment{Risk: RiskNone})
+	m := newVerdictStore(nil, "", time.Minute, nil, time.Now).(*memstore.Store)
+	for i := range defaultCacheEntries + 10 {
+		m.Set(ctx, ttlstore.Entry{Key: fmt.Sprint(i), Value: encodeVerdict(assessment{Risk: RiskNone})})
 	}
-	m.get(ctx, "0") // 1 is now the least recently used
-	m.set(ctx, "3", assessment{Risk: RiskNone})
-	for key, want := range map[string]bool{"0": true, "1": false, "2": true, "3": true} {
-		if _, ok := m.get(ctx, key); ok != want {
-			t.Errorf("entry %s present %v, want %v", key, ok, want)
-		}
+	if m.Len() != defaultCacheEntries {
+		t.Errorf("%d entries, want at most %d", m.Len(), defaultCacheEntries)
 	}
-	// Bytes: a big entry pushes out the old ones; one over the bound is not kept.
-	m.set(ctx, "big", assessment{Risk: RiskNone, SuggestAnswer: strings.Repeat("x", 900)})
-	if m.order.Len() != 1 || m.bytes > 1000 {
-		t.Errorf("%d entries, %d bytes after a big one", m.order.Len(), m.bytes)
-	}
-	m.set(ctx, "huge", assessment{Risk: RiskNone, SuggestAnswer: strings.Repeat("x", 1000)})
-	if _, ok := m.get(ctx, "huge"); ok {
-		t.Error("an entry over the byte bound was kept")
-	}
-	// Replacing a key keeps the accounting right.
-	m.set(ctx, "big", assessment{Risk: RiskLow})
-	if a, _ := m.get(ctx, "big"); a.Risk != RiskLow || m.order.Len() != 1 || len(m.items) != 1 {
-		t.Errorf("replaced entry: %+v, %d entries", a, m.order.Len())
+	huge := encodeVerdict(assessment{Risk: RiskNone, SuggestAnswer: strings.Repeat("x", defaultCacheBytes)})
+	m.Set(ctx, ttlstore.Entry{Key: "huge", Value: huge})
+	if _, ok := decodeVerdict(m.Get(ctx, "huge")[0]); ok || m.Bytes() > defaultCacheBytes {
+		t.Errorf("a verdict over the byte bound was kept (%d bytes held)", m.Bytes())
 	}
 }
 

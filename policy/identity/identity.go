@@ -99,22 +99,58 @@ func load(path string) (map[[sha256.Size]byte]string, error) {
 	return keys, nil
 }
 
+// Source is how a request's organization was known: the identity mode
+// that named it. The same org name known two ways is two orgs to whatever
+// an org's requests share (the answer cache).
+type Source string
+
+// The identity modes.
+const (
+	// SourceHeader: the org_header, set by a preceding handler.
+	SourceHeader Source = "org_header"
+	// SourceKeys: the org the org_keys file maps the key to.
+	SourceKeys Source = "org_keys"
+	// SourceKey: the key is an org of its own, named by its fingerprint.
+	SourceKey Source = "key"
+)
+
+// Caller is who sent a request.
+type Caller struct {
+	// Org is the organization id.
+	Org string
+	// Source is the identity mode that named it.
+	Source Source
+	// KeySum is the SHA-256 of the bearer key, the only form of the key
+	// the gateway keeps.
+	KeySum [sha256.Size]byte
+}
+
+// Identify returns who sent a request whose bearer key is key, and false
+// when the key must be refused.
+func (r *Resolver) Identify(req *http.Request, key string) (Caller, bool) {
+	c := Caller{KeySum: sha256.Sum256([]byte(key))}
+	if r.header != "" {
+		if org := req.Header.Get(r.header); org != "" {
+			c.Org, c.Source = org, SourceHeader
+			return c, true
+		}
+	}
+	if org, ok := r.keys[c.KeySum]; ok {
+		c.Org, c.Source = org, SourceKeys
+		return c, true
+	}
+	if r.reject {
+		return Caller{}, false
+	}
+	c.Org, c.Source = Fingerprint(c.KeySum), SourceKey
+	return c, true
+}
+
 // Org returns the organization of a request whose bearer key is key, and
 // false when the key must be refused.
 func (r *Resolver) Org(req *http.Request, key string) (string, bool) {
-	if r.header != "" {
-		if org := req.Header.Get(r.header); org != "" {
-			return org, true
-		}
-	}
-	sum := sha256.Sum256([]byte(key))
-	if org, ok := r.keys[sum]; ok {
-		return org, true
-	}
-	if r.reject {
-		return "", false
-	}
-	return Fingerprint(sum), true
+	c, ok := r.Identify(req, key)
+	return c.Org, ok
 }
 
 // Orgs returns the organization ids the org_keys file names, each once,

@@ -71,6 +71,31 @@ func TestOrg(t *testing.T) {
 	}
 }
 
+// Identify names the identity mode that knew the org, and carries the key
+// only as its SHA-256.
+func TestIdentifyNamesTheMode(t *testing.T) {
+	file := keysFile(t, `{"`+digest("k1")+`":"acme"}`)
+	r, err := New("X-Org", file, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "/v1/systemone", nil)
+	for _, tc := range []struct {
+		header, key, org string
+		source           Source
+	}{
+		{"acme", "k1", "acme", SourceHeader},
+		{"", "k1", "acme", SourceKeys},
+		{"", "k9", Fingerprint(sha256.Sum256([]byte("k9"))), SourceKey},
+	} {
+		req.Header.Set("X-Org", tc.header)
+		c, ok := r.Identify(req, tc.key)
+		if !ok || c.Org != tc.org || c.Source != tc.source || c.KeySum != sha256.Sum256([]byte(tc.key)) {
+			t.Errorf("header %q key %s: %+v %v, want %s by %s", tc.header, tc.key, c, ok, tc.org, tc.source)
+		}
+	}
+}
+
 func TestNewErrors(t *testing.T) {
 	for name, c := range map[string]struct{ file, unknown string }{
 		"reject without keys": {"", UnknownReject},
