@@ -8,7 +8,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
-	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // block calls fn with the name of each subdirective in the block at the
@@ -99,6 +98,16 @@ func blockErr(d *caddyfile.Dispenser) func(error) error {
 	}
 }
 
+// lineErr reports an error that a policy's Validate found in a block, at
+// the line of the current token, as d.WrapErr would there: call it where
+// the block begins, use it once the block is read.
+func lineErr(d *caddyfile.Dispenser) func(error) error {
+	file, line := d.File(), d.Line()
+	return func(err error) error {
+		return fmt.Errorf("%w, at %s:%d", err, file, line)
+	}
+}
+
 // countArg reads a non-negative whole number (0 turns a bucket off).
 func countArg(d *caddyfile.Dispenser) (*int64, error) {
 	v, err := resolvedArg(d)
@@ -129,24 +138,6 @@ func countOf[T any](d *caddyfile.Dispenser, check func(option string, n int64) (
 		return v, d.Err(err.Error())
 	}
 	return v, nil
-}
-
-func thresholdArg(d *caddyfile.Dispenser) (*float64, error) {
-	v, err := resolvedArg(d)
-	if err != nil {
-		return nil, err
-	}
-	t, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return nil, d.Errf("threshold %q is not a number", v)
-	}
-	if err := route.CheckThreshold(t); err != nil {
-		return nil, d.Err(err.Error())
-	}
-	if d.NextArg() {
-		return nil, d.ArgErr()
-	}
-	return &t, nil
 }
 
 // fractionArg reads one number (the route policy checks its range).

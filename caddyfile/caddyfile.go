@@ -81,11 +81,17 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		}
 //		route {
 //			pin <version> {
-//				noul     <threshold>
-//				choice   <threshold>
-//				score    <threshold>
-//				question <id> <threshold>
+//				noul     <threshold> [cert <cert_id>]
+//				choice   <threshold> [cert <cert_id>]
+//				score    <threshold> [cert <cert_id>]
+//				question <id> <threshold> [cert <cert_id>]
+//				org <name> {
+//					noul   <threshold> [cert <cert_id>]|human
+//					choice <threshold> [cert <cert_id>]|human
+//					score  <threshold> [cert <cert_id>]|human
+//				}
 //			}
+//			org_fallback pooled|human
 //			unpinned human|auto
 //			queue <stream> [maxlen <n>]
 //			audit <fraction>|active <share> [floor <p>] [from <confidence>]
@@ -113,6 +119,15 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // the Caddyfile is adapted; strings (URLs, keys, file names) keep their
 // placeholders until the config is provisioned, so a secret given as
 // {env.NAME} never appears in the adapted JSON.
+//
+// A question from org O takes, under the pin of the version that
+// answered, its `question` line, else O's line for its type (`human` there
+// routes it human, reason no_threshold), else the pin's type line
+// (`org_fallback pooled`, the default) or human with reason
+// org_no_threshold (`org_fallback human`). `cert <cert_id>` on a threshold
+// line names the certificate `calibrate --certificates` wrote for it (16
+// lowercase hex digits); X-Route-Certificate carries it for each question
+// routed auto under that line.
 //
 // on_alarm is what a guarantee alarm of the review handler's `monitor`
 // does: alert (default) only alerts; human routes the alarmed (model,

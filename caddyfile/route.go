@@ -27,6 +27,11 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 			err = parseAudit(d, cfg)
 		case "on_alarm":
 			cfg.OnAlarm, err = oneOf(d, route.OnAlarms)
+		case "org_fallback":
+			cfg.OrgFallback, err = resolvedArg(d)
+			if err == nil && d.NextArg() {
+				err = d.ArgErr()
+			}
 		case "include_content":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -63,40 +68,127 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config) error {
 			return d.Errf("version %q is pinned twice", version)
 		}
 	}
+	at := lineErr(d)
 	pin := route.Pin{Version: version}
 	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "noul":
-			pin.Noul, err = thresholdArg(d)
+			pin.Noul, pin.NoulCert, err = thresholdLine(d)
 		case "choice":
-			pin.Choice, err = thresholdArg(d)
+			pin.Choice, pin.ChoiceCert, err = thresholdLine(d)
 		case "score":
-			pin.Score, err = thresholdArg(d)
+			pin.Score, pin.ScoreCert, err = thresholdLine(d)
 		case "question":
-			var id string
-			var t *float64
-			if id, err = stringArg(d); err != nil {
-				return err
-			}
-			if t, err = thresholdArg(d); err != nil {
-				return err
-			}
-			if _, dup := pin.Questions[id]; dup {
-				return d.Errf("question %q has two thresholds in pin %q", id, version)
-			}
-			if pin.Questions == nil {
-				pin.Questions = map[string]float64{}
-			}
-			pin.Questions[id] = *t
+			err = parseQuestionLine(d, &pin)
+		case "org":
+			err = parseOrgLines(d, &pin)
 		default:
 			return d.Errf("unknown pin subdirective %q", name)
 		}
 		return err
-	}, "question"); err != nil {
+	}, "question", "org"); err != nil {
 		return err
+	}
+	// Checked here too, not only with the whole block, to name the pin's
+	// line.
+	if err := pin.Validate(); err != nil {
+		return at(err)
 	}
 	cfg.Pins = append(cfg.Pins, pin)
 	return nil
+}
+
+// parseQuestionLine parses `question <id> <threshold> [cert <id>]`.
+func parseQuestionLine(d *caddyfile.Dispenser, pin *route.Pin) error {
+	id, err := stringArg(d)
+	if err != nil {
+		return err
+	}
+	t, cert, err := thresholdLine(d)
+	if err != nil {
+		return err
+	}
+	if _, dup := pin.Questions[id]; dup {
+		return d.Errf("question %q has two thresholds in pin %q", id, pin.Version)
+	}
+	if pin.Questions == nil {
+		pin.Questions = map[string]float64{}
+	}
+	pin.Questions[id] = *t
+	if cert != "" {
+		if pin.QuestionCerts == nil {
+			pin.QuestionCerts = map[string]string{}
+		}
+		pin.QuestionCerts[id] = cert
+	}
+	return nil
+}
+
+// parseOrgLines parses `org <name> { <type> <threshold> [cert <id>] | <type>
+// human ... }`. Each line becomes one route.OrgLine as written, a
+// repeated or unknown type included: package route refuses those, with
+// the words a JSON config gets.
+func parseOrgLines(d *caddyfile.Dispenser, pin *route.Pin) error {
+	name, err := stringArg(d)
+	if err != nil {
+		return err
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	org := route.OrgPin{Org: name}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		l := route.OrgLine{Type: d.Val()}
+		if d.NextArg() {
+			if d.Val() == route.OrgFallbackHuman {
+				l.Human = true
+				l.Cert, err = certArg(d)
+			} else {
+				d.Prev()
+				l.Threshold, l.Cert, err = thresholdLine(d)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		org.Lines = append(org.Lines, l)
+	}
+	pin.Orgs = append(pin.Orgs, org)
+	return nil
+}
+
+// thresholdLine reads `<threshold> [cert <id>]`, the end of every threshold
+// line; package route checks the range and the id.
+func thresholdLine(d *caddyfile.Dispenser) (*float64, string, error) {
+	v, err := resolvedArg(d)
+	if err != nil {
+		return nil, "", err
+	}
+	t, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return nil, "", d.Errf("threshold %q is not a number", v)
+	}
+	cert, err := certArg(d)
+	return &t, cert, err
+}
+
+// certArg reads the optional `cert <id>` that ends a line, placeholders in
+// the id resolved.
+func certArg(d *caddyfile.Dispenser) (string, error) {
+	if !d.NextArg() {
+		return "", nil
+	}
+	if d.Val() != "cert" {
+		return "", d.Errf("a threshold line ends with cert <id> or nothing, not %q", d.Val())
+	}
+	cert, err := resolvedArg(d)
+	if err != nil {
+		return "", err
+	}
+	if d.NextArg() {
+		return "", d.ArgErr()
+	}
+	return cert, nil
 }
 
 // parseQueue parses `queue <stream> [maxlen <n>]`. The include_content

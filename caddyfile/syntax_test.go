@@ -47,6 +47,7 @@ var samples = map[string]string{
 	"<key>": "sample-key", "<name>": "sample", "<level>": "high", "<category>": "privacy",
 	"<version>": "service-1.0.0", "<stream>": "review", "<yuan>": "1.5", "<zone>": "Asia/Shanghai",
 	"<share>": "2", "<interval>": "100ms", "<target>": "0.9", "<a>": "0.05", "<bytes>": "64KiB",
+	"<cert_id>": "0123456789abcdef",
 }
 
 // sampleLines replace the generic sample of an option (by its path of

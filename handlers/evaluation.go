@@ -468,15 +468,16 @@ func (x *exchange) refusedByVerdict() (answer, bool) {
 	return answer{}, false
 }
 
-// routeSignal is what the guardrails verdict forces on routing.
+// routeSignal is what the earlier steps tell routing: the org the
+// identity step found (whose own thresholds apply) and what the guardrails
+// verdict forces.
 func (x *exchange) routeSignal() route.Signal {
-	if x.verdict == nil {
-		return route.Signal{}
+	signal := route.Signal{Org: x.org}
+	if x.verdict != nil {
+		signal.GuardrailsReview = x.verdict.Action == guardrails.ActionReview
+		signal.GuardrailsUnchecked = x.verdict.Action == guardrails.ActionUnchecked
 	}
-	return route.Signal{
-		GuardrailsReview:    x.verdict.Action == guardrails.ActionReview,
-		GuardrailsUnchecked: x.verdict.Action == guardrails.ActionUnchecked,
-	}
+	return signal
 }
 
 // upstreamFailure is the answer for an upstream that could not be reached

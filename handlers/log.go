@@ -43,12 +43,12 @@ type logEntry struct {
 // MarshalLogObject implements zapcore.ObjectMarshaler.
 func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	x := e.x
-	var modelRequested, routeName, routeReason string
+	var modelRequested, routeName, routeReason, routeCertificates string
 	if x.req != nil {
 		modelRequested = x.req.ModelOrDefault()
 	}
 	if x.route != nil {
-		routeName, routeReason = x.route.Route, x.route.Reason
+		routeName, routeReason, routeCertificates = x.route.Route, x.route.Reason, x.route.Certificates()
 	}
 	enc.AddString("org", capped(x.org))
 	enc.AddString("model_requested", capped(modelRequested))
@@ -57,6 +57,9 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddString("reject", x.reject)
 	enc.AddString("route", routeName)
 	enc.AddString("route_reason", routeReason)
+	// The certificates of the thresholds that routed questions auto, so
+	// that an auditor can tell from the log why an answer was trusted.
+	enc.AddString("route_certificates", routeCertificates)
 	addFloatOrNull(enc, "min_confidence", x.route != nil && x.route.HasMinConfidence, func() float64 { return x.route.MinConfidence })
 	var risk, action, categories string
 	if v := x.verdict; v != nil {

@@ -3,6 +3,7 @@ package route
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/caddyserver/caddy/v2"
@@ -19,6 +20,13 @@ type Config struct {
 	// Unpinned is the route of an answer from a version with no pin: "human"
 	// (default) or "auto".
 	Unpinned string `json:"unpinned,omitempty"`
+	// OrgFallback is the threshold of a question from an org that has no
+	// line of its own for the question's type under the pin (see
+	// Pin.Orgs): "pooled" (default) takes the pin's type line, the
+	// threshold calibrated on every org's labels; "human" routes the
+	// question human with reason org_no_threshold, so that only orgs with
+	// thresholds of their own are answered automatically.
+	OrgFallback string `json:"org_fallback,omitempty"`
 	// Queue, when set, appends every response routed to a human to a Redis
 	// stream, and those drawn by Audit.
 	Queue *Queue `json:"queue,omitempty"`
@@ -140,9 +148,59 @@ type Pin struct {
 	Noul   *float64 `json:"noul,omitempty"`
 	Choice *float64 `json:"choice,omitempty"`
 	Score  *float64 `json:"score,omitempty"`
-	// Questions overrides the type's threshold for a question id.
+	// NoulCert, ChoiceCert and ScoreCert are the ids of the certificates
+	// (`calibrate --certificates`) of the type thresholds: 16 lowercase hex
+	// digits each, named in X-Route-Certificate for every question routed
+	// auto under that threshold. Each needs its threshold. Default none.
+	NoulCert   string `json:"noul_cert,omitempty"`
+	ChoiceCert string `json:"choice_cert,omitempty"`
+	ScoreCert  string `json:"score_cert,omitempty"`
+	// Questions overrides the type's threshold for a question id, for
+	// every org.
 	Questions map[string]float64 `json:"questions,omitempty"`
+	// QuestionCerts holds the certificate id of a Questions threshold, by
+	// question id. Default none.
+	QuestionCerts map[string]string `json:"question_certs,omitempty"`
+	// Orgs holds organizations' own thresholds (`calibrate --by org`), at
+	// most one entry per org. A question from an org takes its question
+	// line, else the org's line for its type, else the pin's type line
+	// (Config.OrgFallback "pooled") or human with reason org_no_threshold
+	// (OrgFallback "human"). Default none.
+	Orgs []OrgPin `json:"orgs,omitempty"`
 }
+
+// OrgPin is one organization's thresholds under a pin: the Caddyfile's
+// `org <name> { <type> <threshold> [cert <id>] | <type> human }`.
+type OrgPin struct {
+	// Org is the organization id, as the identity step names it (the
+	// org_keys file's value, the org_header's, or the key's own org).
+	Org string `json:"org"`
+	// Lines are the org's lines, at most one per question type.
+	Lines []OrgLine `json:"lines,omitempty"`
+}
+
+// OrgLine is an org's rule for one question type: a threshold (with, as
+// any threshold, an optional certificate id), or Human.
+type OrgLine struct {
+	// Type is the question type: noul, choice or score.
+	Type string `json:"type"`
+	// Threshold is the org's own threshold for the type, in 0..1.
+	Threshold *float64 `json:"threshold,omitempty"`
+	// Human routes the org's questions of the type human, reason
+	// no_threshold: its own labels do not reach the target, and its
+	// answers must not take the pooled threshold instead. Excludes
+	// Threshold.
+	Human bool `json:"human,omitempty"`
+	// Cert is the id of the threshold's certificate (16 lowercase hex
+	// digits); needs Threshold. Default none.
+	Cert string `json:"cert,omitempty"`
+}
+
+// Values of Config.OrgFallback, the default first.
+const (
+	OrgFallbackPooled = "pooled"
+	OrgFallbackHuman  = "human"
+)
 
 // Queue is the Redis stream that receives human-routed answers.
 type Queue struct {
@@ -166,6 +224,9 @@ func (c Config) Validate() error {
 	if c.Unpinned != "" && !slices.Contains(Routes, c.Unpinned) {
 		return fmt.Errorf("unpinned must be %q or %q, not %q", RouteHuman, RouteAuto, c.Unpinned)
 	}
+	if c.OrgFallback != "" && c.OrgFallback != OrgFallbackPooled && c.OrgFallback != OrgFallbackHuman {
+		return fmt.Errorf("org_fallback must be %q or %q, not %q", OrgFallbackPooled, OrgFallbackHuman, c.OrgFallback)
+	}
 	seen := make(map[string]bool, len(c.Pins))
 	for _, p := range c.Pins {
 		if p.Version == "" {
@@ -175,15 +236,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("pin %q: version pinned twice", p.Version)
 		}
 		seen[p.Version] = true
-		for _, t := range p.typeThresholds() {
-			if t.v != nil && !inUnit(*t.v) {
-				return fmt.Errorf("pin %q: %s threshold %v is outside 0..1", p.Version, t.typ, *t.v)
-			}
-		}
-		for id, v := range p.Questions {
-			if !inUnit(v) {
-				return fmt.Errorf("pin %q: question %q threshold %v is outside 0..1", p.Version, id, v)
-			}
+		if err := p.Validate(); err != nil {
+			return err
 		}
 	}
 	if q := c.Queue; q != nil {
@@ -231,8 +285,120 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Validate checks the pin on its own (Config.Validate runs it for each
+// pin, and checks the pins against each other): thresholds in 0..1,
+// certificate ids of 16 lowercase hex digits beside a threshold, and org
+// blocks with a name each, once, of known types each given once.
+func (p Pin) Validate() error {
+	if err := p.validateLines(); err != nil {
+		return fmt.Errorf("pin %q: %w", p.Version, err)
+	}
+	return nil
+}
+
+func (p Pin) validateLines() error {
+	for _, t := range p.typeThresholds() {
+		if err := checkLine(t.typ, t.v, t.cert); err != nil {
+			return err
+		}
+	}
+	// Sorted, so that a config with several faults always names the same.
+	for _, id := range slices.Sorted(maps.Keys(p.Questions)) {
+		v := p.Questions[id]
+		if err := checkLine(fmt.Sprintf("question %q", id), &v, p.QuestionCerts[id]); err != nil {
+			return err
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.QuestionCerts)) {
+		if _, ok := p.Questions[id]; !ok {
+			return fmt.Errorf("question %q cert %q without a threshold", id, p.QuestionCerts[id])
+		}
+	}
+	orgs := make(map[string]bool, len(p.Orgs))
+	for _, o := range p.Orgs {
+		if o.Org == "" {
+			return errors.New("org with an empty name")
+		}
+		if orgs[o.Org] {
+			return fmt.Errorf("org %q given twice", o.Org)
+		}
+		orgs[o.Org] = true
+		if err := o.validate(); err != nil {
+			return fmt.Errorf("org %q: %w", o.Org, err)
+		}
+	}
+	return nil
+}
+
+// validate checks an org's lines: known types, each once, each a threshold
+// in 0..1 or human, a certificate id only beside a threshold.
+func (o OrgPin) validate() error {
+	var types []string
+	for _, l := range o.Lines {
+		if !slices.Contains(questionTypes, l.Type) {
+			return fmt.Errorf("unknown question type %q: want one of %v", l.Type, questionTypes)
+		}
+		if slices.Contains(types, l.Type) {
+			return fmt.Errorf("%s given twice", l.Type)
+		}
+		types = append(types, l.Type)
+		switch {
+		case l.Human && l.Threshold != nil:
+			return fmt.Errorf("%s is a threshold or human, not both", l.Type)
+		case l.Human && l.Cert != "":
+			return fmt.Errorf("%s human takes no cert: nothing routes auto under it", l.Type)
+		case !l.Human && l.Threshold == nil:
+			return fmt.Errorf("%s needs a threshold or human", l.Type)
+		}
+		if err := checkLine(l.Type, l.Threshold, l.Cert); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLine checks one threshold line, named what: the threshold, when
+// there is one, in 0..1, and the certificate id, when there is one, well
+// formed and beside a threshold.
+func checkLine(what string, threshold *float64, cert string) error {
+	if threshold != nil && !inUnit(*threshold) {
+		return fmt.Errorf("%s threshold %v is outside 0..1", what, *threshold)
+	}
+	if cert == "" {
+		return nil
+	}
+	if threshold == nil {
+		return fmt.Errorf("%s cert %q without a threshold", what, cert)
+	}
+	if !isCertificateID(cert) {
+		return fmt.Errorf("%s cert %q: a certificate id is 16 lowercase hex digits", what, cert)
+	}
+	return nil
+}
+
+// certificateIDLen is the length of a certificate id: the first 16 hex
+// digits of the SHA-256 of the certificate, as `calibrate --certificates`
+// writes it.
+const certificateIDLen = 16
+
+// isCertificateID reports whether s is a certificate id: exactly 16
+// lowercase hex digits. Ids are compared as strings (by `verify`, by an
+// auditor matching a header to the certificates file), so the one
+// spelling calibrate writes is the only one accepted.
+func isCertificateID(s string) bool {
+	if len(s) != certificateIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // replaced returns c with placeholders such as {env.NAME} resolved in its
-// names: pinned versions, question ids and the stream.
+// names: pinned versions, question ids, org names and the stream.
 func (c Config) replaced(repl *caddy.Replacer) Config {
 	pins := make([]Pin, len(c.Pins))
 	for i, p := range c.Pins {
@@ -243,6 +409,21 @@ func (c Config) replaced(repl *caddy.Replacer) Config {
 				questions[repl.ReplaceAll(id, "")] = t
 			}
 			p.Questions = questions
+		}
+		if len(p.QuestionCerts) > 0 {
+			certs := make(map[string]string, len(p.QuestionCerts))
+			for id, cert := range p.QuestionCerts {
+				certs[repl.ReplaceAll(id, "")] = cert
+			}
+			p.QuestionCerts = certs
+		}
+		if len(p.Orgs) > 0 {
+			orgs := make([]OrgPin, len(p.Orgs))
+			for j, o := range p.Orgs {
+				o.Org = repl.ReplaceAll(o.Org, "")
+				orgs[j] = o
+			}
+			p.Orgs = orgs
 		}
 		pins[i] = p
 	}
@@ -255,24 +436,24 @@ func (c Config) replaced(repl *caddy.Replacer) Config {
 	return c
 }
 
-// typeThreshold is a pin's threshold for one question type; v is nil when
-// the pin has none.
+// questionTypes are the question types a threshold line can name.
+var questionTypes = []string{evaluation.TypeNoul, evaluation.TypeChoice, evaluation.TypeScore}
+
+// typeThreshold is a pin's threshold for one question type, and its
+// certificate id; v is nil when the pin has none.
 type typeThreshold struct {
-	typ string
-	v   *float64
+	typ  string
+	v    *float64
+	cert string
 }
 
 func (p Pin) typeThresholds() [3]typeThreshold {
-	return [3]typeThreshold{{evaluation.TypeNoul, p.Noul}, {evaluation.TypeChoice, p.Choice}, {evaluation.TypeScore, p.Score}}
+	return [3]typeThreshold{
+		{evaluation.TypeNoul, p.Noul, p.NoulCert},
+		{evaluation.TypeChoice, p.Choice, p.ChoiceCert},
+		{evaluation.TypeScore, p.Score, p.ScoreCert},
+	}
 }
 
 // inUnit reports whether v is in 0..1; NaN is not.
 func inUnit(v float64) bool { return v >= 0 && v <= 1 }
-
-// CheckThreshold returns the error a threshold outside 0..1 gets.
-func CheckThreshold(v float64) error {
-	if !inUnit(v) {
-		return fmt.Errorf("threshold %v is outside 0..1", v)
-	}
-	return nil
-}

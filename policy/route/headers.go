@@ -2,7 +2,9 @@ package route
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Headers the gateway owns on a routed response.
@@ -12,13 +14,18 @@ const (
 	HeaderModel      = "X-Route-Model"
 	HeaderConfidence = "X-Route-Confidence"
 	HeaderQuestions  = "X-Route-Questions"
+	// HeaderCertificate names, for each question routed auto under a
+	// threshold line that carries a certificate, that certificate's id.
+	HeaderCertificate = "X-Route-Certificate"
 )
 
 // SetHeaders writes the decision's X-Route* headers to h, the headers of a
 // 200 response. It first deletes any the upstream sent under these names, so
 // that none passes as the gateway's. X-Route-Model and X-Route-Confidence
 // are left out when unknown (X-Route-Model also when the version holds bytes
-// a header value cannot carry), X-Route-Questions when there are no questions.
+// a header value cannot carry), X-Route-Questions when there are no
+// questions, X-Route-Certificate when no question routed auto under a line
+// with a certificate.
 func (d Decision) SetHeaders(h http.Header) {
 	// The names are canonical already: plain map writes, no
 	// canonicalization per request.
@@ -39,6 +46,62 @@ func (d Decision) SetHeaders(h http.Header) {
 	} else {
 		delete(h, HeaderQuestions)
 	}
+	if v := d.certificateHeader(); v != "" {
+		h[HeaderCertificate] = []string{v}
+	} else {
+		delete(h, HeaderCertificate)
+	}
+}
+
+// certifies reports whether q's route names a certificate: it routed auto
+// under a threshold line that carries one.
+func (q QuestionRoute) certifies() bool {
+	return q.Route == RouteAuto && q.Certificate != ""
+}
+
+// certificateHeader returns `<id>=<certificate id>, ...` for the questions
+// that certify, in the request's order, ids percent-encoded as in
+// X-Route-Questions; "" when none does. A certificate id is hex digits,
+// which need no encoding.
+func (d Decision) certificateHeader() string {
+	n := 0
+	for _, q := range d.Questions {
+		if q.certifies() {
+			n += len(q.ID) + len(", =") + len(q.Certificate)
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	b := make([]byte, 0, n)
+	for _, q := range d.Questions {
+		if !q.certifies() {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendEscaped(b, q.ID)
+		b = append(b, '=')
+		b = append(b, q.Certificate...)
+	}
+	return string(b)
+}
+
+// Certificates returns the ids of the certificates named in
+// X-Route-Certificate, each once, in the order first named, joined by
+// commas: what the log entry records of them (the question ids, which a
+// client chooses, stay out of the log). "" when none. The distinct ids are
+// at most the configuration's threshold lines, so the search among them
+// stays short however many questions the request has.
+func (d Decision) Certificates() string {
+	var ids []string
+	for _, q := range d.Questions {
+		if q.certifies() && !slices.Contains(ids, q.Certificate) {
+			ids = append(ids, q.Certificate)
+		}
+	}
+	return strings.Join(ids, ",")
 }
 
 // questionsHeader returns `<id>=<route>, ...` with ids percent-encoded.

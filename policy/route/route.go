@@ -31,17 +31,24 @@ var Routes = []string{RouteHuman, RouteAuto}
 // Reasons of a Decision. When several causes force a human, the reported one
 // is the first of: ReasonUnreadableResponse, ReasonUnpinnedVersion,
 // ReasonGuardrailsUnavailable, ReasonGuardrailsReview, ReasonGuaranteeAlarm,
-// ReasonNoThreshold, ReasonLowConfidence. That is, the causes that say
+// ReasonOrgNoThreshold, ReasonNoThreshold, ReasonLowConfidence. That is, the causes that say
 // nothing about the answers themselves come first, because they make the
 // confidences moot; an alarm comes before the thresholds, since it says
-// they no longer hold.
+// they no longer hold; an org without a line of its own comes before a
+// missing threshold, since it is the configuration's gap, mended by
+// calibrating that org (`calibrate --by org`).
 const (
 	// ReasonConfident: every question is at or above its threshold.
 	ReasonConfident = "confident"
 	// ReasonLowConfidence: a question is below its threshold.
 	ReasonLowConfidence = "low_confidence"
-	// ReasonNoThreshold: the pin has no threshold for a question.
+	// ReasonNoThreshold: the pin has no threshold for a question, or the
+	// org's line for its type is `human`.
 	ReasonNoThreshold = "no_threshold"
+	// ReasonOrgNoThreshold: with `org_fallback human`, the org has no line
+	// of its own for a question's type (and the pin no question line for
+	// it).
+	ReasonOrgNoThreshold = "org_no_threshold"
 	// ReasonUnpinnedVersion: no pin names the version that answered. The
 	// route is human, or auto with `unpinned auto`.
 	ReasonUnpinnedVersion = "unpinned_version"
@@ -64,10 +71,13 @@ const (
 type Router struct {
 	pins         map[string]*pin
 	unpinnedAuto bool
-	queue        *queue // nil without a configured queue
-	audit        float64
-	alarms       *alarmWatch // nil unless on_alarm human
-	active       *activeDraw // nil unless `audit active`
+	// orgFallbackHuman: an org without a line for a type routes its
+	// questions human (org_fallback human) instead of taking the pin's.
+	orgFallbackHuman bool
+	queue            *queue // nil without a configured queue
+	audit            float64
+	alarms           *alarmWatch // nil unless on_alarm human
+	active           *activeDraw // nil unless `audit active`
 
 	// rng draws the audit sample. A source per Router, not the global
 	// one, so a test can seed it; math/rand/v2 sources are not safe for
@@ -79,8 +89,22 @@ type Router struct {
 // pin is a Pin ready for lookups.
 type pin struct {
 	version   string
-	types     map[string]float64 // question type -> threshold
-	questions map[string]float64 // question id -> threshold
+	types     map[string]line               // question type -> its line
+	questions map[string]line               // question id -> its line
+	orgs      map[string]map[string]orgLine // org -> question type -> the org's line
+}
+
+// line is a threshold line: the threshold and the id of its certificate
+// ("" when the line carries none).
+type line struct {
+	threshold float64
+	cert      string
+}
+
+// orgLine is an org's line for a type: a threshold line, or human.
+type orgLine struct {
+	line
+	human bool
 }
 
 // StreamWriter is the part of a go-redis client the review queue uses; the
@@ -112,20 +136,15 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, 
 		logger = zap.NewNop()
 	}
 	r := &Router{
-		pins:         make(map[string]*pin, len(cfg.Pins)),
-		unpinnedAuto: cfg.Unpinned == RouteAuto,
-		audit:        cfg.Audit,
-		active:       newActiveDraw(cfg.ActiveAudit),
-		rng:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		pins:             make(map[string]*pin, len(cfg.Pins)),
+		unpinnedAuto:     cfg.Unpinned == RouteAuto,
+		orgFallbackHuman: cfg.OrgFallback == OrgFallbackHuman,
+		audit:            cfg.Audit,
+		active:           newActiveDraw(cfg.ActiveAudit),
+		rng:              rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	for _, p := range cfg.Pins {
-		rp := &pin{version: p.Version, types: make(map[string]float64, 3), questions: p.Questions}
-		for _, t := range p.typeThresholds() {
-			if t.v != nil {
-				rp.types[t.typ] = *t.v
-			}
-		}
-		r.pins[p.Version] = rp
+		r.pins[p.Version] = newPin(p)
 	}
 	if q := cfg.Queue; q != nil {
 		if client == nil {
@@ -149,6 +168,9 @@ type Signal struct {
 	// GuardrailsUnchecked: the guardrails check failed or timed out and the
 	// request was let through (`on_error allow`).
 	GuardrailsUnchecked bool
+	// Org is the organization the identity step found for the request:
+	// its lines of a pin's `org` block apply. "" has no lines of its own.
+	Org string
 }
 
 // Decision is the route of one response.
@@ -185,6 +207,10 @@ type QuestionRoute struct {
 	// Threshold applies to this question; meaningful only when HasThreshold.
 	Threshold    float64
 	HasThreshold bool
+	// Certificate is the id of the certificate the threshold's line
+	// carries (`cert <id>`); "" when none. X-Route-Certificate names it
+	// when the question routes auto.
+	Certificate string
 	// The model's answer, meaningful only when HasAnswer, which implies
 	// HasConfidence: Answer is the noul probability of yes or the score
 	// (probability-weighted tier number), Choice the option key a choice
@@ -214,12 +240,16 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	}
 
 	p := r.pins[d.Model]
-	var noThreshold, low bool
+	var noThreshold, orgNoThreshold, low bool
 	for i := range d.Questions {
 		q := &d.Questions[i]
 		if p != nil {
-			q.Threshold, q.HasThreshold = p.threshold(q.ID, q.Type)
-			noThreshold = noThreshold || !q.HasThreshold
+			var l line
+			var missing string
+			l, q.HasThreshold, missing = p.threshold(signal.Org, q.ID, q.Type, r.orgFallbackHuman)
+			q.Threshold, q.Certificate = l.threshold, l.cert
+			noThreshold = noThreshold || missing == ReasonNoThreshold
+			orgNoThreshold = orgNoThreshold || missing == ReasonOrgNoThreshold
 		}
 		switch {
 		case !q.HasConfidence:
@@ -263,6 +293,8 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 		d.Reason = ReasonGuaranteeAlarm
 	case p == nil:
 		d.Route, d.Reason = RouteAuto, ReasonUnpinnedVersion
+	case orgNoThreshold:
+		d.Reason = ReasonOrgNoThreshold
 	case noThreshold:
 		d.Reason = ReasonNoThreshold
 	case low:
@@ -273,11 +305,58 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	return d
 }
 
-// threshold returns the question id's threshold under the pin, else its type's.
-func (p *pin) threshold(id, typ string) (float64, bool) {
-	if v, ok := p.questions[id]; ok {
-		return v, true
+// newPin makes p, a validated Pin, ready for lookups.
+func newPin(p Pin) *pin {
+	rp := &pin{version: p.Version, types: make(map[string]line, 3)}
+	for _, t := range p.typeThresholds() {
+		if t.v != nil {
+			rp.types[t.typ] = line{threshold: *t.v, cert: t.cert}
+		}
 	}
-	v, ok := p.types[typ]
-	return v, ok
+	if len(p.Questions) > 0 {
+		rp.questions = make(map[string]line, len(p.Questions))
+		for id, v := range p.Questions {
+			rp.questions[id] = line{threshold: v, cert: p.QuestionCerts[id]}
+		}
+	}
+	if len(p.Orgs) > 0 {
+		rp.orgs = make(map[string]map[string]orgLine, len(p.Orgs))
+		for _, o := range p.Orgs {
+			lines := make(map[string]orgLine, len(o.Lines))
+			for _, l := range o.Lines {
+				ol := orgLine{human: l.Human}
+				if l.Threshold != nil {
+					ol.line = line{threshold: *l.Threshold, cert: l.Cert}
+				}
+				lines[l.Type] = ol
+			}
+			rp.orgs[o.Org] = lines
+		}
+	}
+	return rp
+}
+
+// threshold returns the line that applies to question id, of type typ,
+// from org: the question's own line, else the org's line for the type,
+// else the pin's type line, or, with fallbackHuman, none. When none
+// applies, missing is why: ReasonOrgNoThreshold when the org has no line
+// for the type and fallbackHuman, else ReasonNoThreshold (the org's line
+// is human, or the pin has no line for the type).
+func (p *pin) threshold(org, id, typ string, fallbackHuman bool) (l line, ok bool, missing string) {
+	if l, ok := p.questions[id]; ok {
+		return l, true, ""
+	}
+	if ol, ok := p.orgs[org][typ]; ok {
+		if ol.human {
+			return line{}, false, ReasonNoThreshold
+		}
+		return ol.line, true, ""
+	}
+	if fallbackHuman {
+		return line{}, false, ReasonOrgNoThreshold
+	}
+	if l, ok := p.types[typ]; ok {
+		return l, true, ""
+	}
+	return line{}, false, ReasonNoThreshold
 }
