@@ -449,14 +449,16 @@ func (x *exchange) refusedByVerdict() (answer, bool) {
 	return answer{}, false
 }
 
-// routeSignal is what the guardrails verdict forces on routing.
+// routeSignal is what the guardrails verdict forces on routing, and the
+// org whose own guarantee alarms apply.
 func (x *exchange) routeSignal() route.Signal {
 	if x.verdict == nil {
-		return route.Signal{}
+		return route.Signal{Org: x.org}
 	}
 	return route.Signal{
 		GuardrailsReview:    x.verdict.Action == guardrails.ActionReview,
 		GuardrailsUnchecked: x.verdict.Action == guardrails.ActionUnchecked,
+		Org:                 x.org,
 	}
 }
 
