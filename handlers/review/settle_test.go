@@ -91,3 +91,49 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 		t.Fatalf("a late label or a duplicate changed the group: %+v, want %+v", st, want)
 	}
 }
+
+// With `by org`, each org's entries feed its own group, GET /guarantee
+// lists them with their org, and DELETE ?org= resets one org's group.
+func TestMonitorByOrg(t *testing.T) {
+	s, client := testStore(t)
+	ctx := context.Background()
+	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, ByOrg: true, Settle: durationOf(0)}}
+	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
+	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), byOrg: true, settle: 0, now: time.Now}
+	serve := func(method, path, body string) *httptest.ResponseRecorder {
+		t.Helper()
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)), nil); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	for i, org := range []string{"acme", "acme", "tiny:co"} {
+		id, err := client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: []string{"request_id", "r" + string(rune('0'+i)), "model", "m", "org", org, "audit", "1",
+			"questions", `[{"id":"a","type":"noul","route":"auto","confidence":0.9,"answer":0.9}]`}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := serve(http.MethodPut, "/items/"+id+"/labels", `{"labels":{"a":false}}`); w.Code != 204 {
+			t.Fatalf("PUT: %d %s", w.Code, w.Body)
+		}
+	}
+	body := serve(http.MethodGet, "/guarantee", "").Body.String()
+	if !strings.Contains(body, `"org":"acme","alpha":0.025,"entries":2`) || !strings.Contains(body, `"org":"tiny:co","alpha":0.025,"entries":1`) {
+		t.Fatalf("GET /guarantee: %s", body)
+	}
+	if w := serve(http.MethodDelete, "/guarantee/m/noul?org=tiny%3Aco", ""); w.Code != 204 {
+		t.Fatalf("DELETE ?org=: %d %s", w.Code, w.Body)
+	}
+	if w := serve(http.MethodDelete, "/guarantee/m/noul?org=nobody", ""); w.Code != 404 {
+		t.Fatalf("DELETE of an org never seen: %d", w.Code)
+	}
+	body = serve(http.MethodGet, "/guarantee", "").Body.String()
+	if !strings.Contains(body, `"org":"acme","alpha":0.025,"entries":2`) || !strings.Contains(body, `"org":"tiny:co","alpha":0.0125,"entries":0`) {
+		t.Fatalf("after the org's reset: %s", body)
+	}
+	members, _ := client.HKeys(ctx, guarantee.StateKey("systemone:", "review:human")).Result()
+	if len(members) != 2 {
+		t.Errorf("state members %q", members)
+	}
+}
