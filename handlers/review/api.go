@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -221,6 +222,11 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		errs.write(w)
 		return
 	}
+	if user := authUser(r); user != "" {
+		// Signed in: the label is the signed-in person's, whatever name
+		// the body gives.
+		body.reviewer = truncateRunes(user, maxReviewerLen)
+	}
 	m, found, err := h.store.entry(r.Context(), id.String())
 	if err != nil {
 		h.storeFailed(w, "put", err)
@@ -244,16 +250,19 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 			return
 		}
 		writes[i] = labelWrite{question: rec.Question, record: string(b), agree: rec.Agree}
-		if rec.Audit && rec.Route == "auto" {
-			writes[i].group = &guarantee.Group{Model: rec.Model, Type: rec.Type}
+		if rec.Audit && rec.Route == route.RouteAuto {
+			g := guarantee.Group{Model: rec.Model, Type: rec.Type}
+			if h.monitor != nil && h.monitor.byOrg {
+				g.Org, g.ByOrg = rec.Org, true
+			}
+			writes[i].group = &g
 		}
 	}
-	var monitor *guarantee.Params
+	var due time.Time
 	if h.monitor != nil {
-		monitor = &h.monitor.params
+		due = h.monitor.now().Add(h.monitor.settle)
 	}
-	updates, err := h.store.put(r.Context(), id, writes, monitor)
-	if err != nil {
+	if err := h.store.put(r.Context(), id, e.requestID, writes, h.monitor != nil, due); err != nil {
 		h.storeFailed(w, "put", err)
 		return
 	}
@@ -261,10 +270,38 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
 	}
 	w.Header().Set("Cache-Control", "no-store") // like every API answer
-	if h.monitor != nil {
+	if h.monitor != nil && h.monitor.settle == 0 {
+		// settle 0s: the observation is taken at once, before the answer.
+		updates, err := h.store.take(r.Context(), h.monitor.now(), h.monitor.params)
 		h.observed(updates)
+		if err != nil {
+			h.storeFailed(w, "put", err) // the labels are stored; the next take observes them
+			return
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// authUser is the user Caddy's authentication (basic_auth, or an
+// authentication provider) signed the request in as; "" when none did.
+func authUser(r *http.Request) string {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return ""
+	}
+	user, _ := repl.GetString("http.auth.user.id")
+	return user
+}
+
+// truncateRunes keeps the first n runes of s.
+func truncateRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // parseLabelsBody reads `{"labels": {...}, "reviewer": "..."}`, reviewer

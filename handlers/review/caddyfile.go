@@ -23,13 +23,15 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		redis      <url> [<url>...]
 //		key_prefix <prefix>
 //		stream     <name>
-//		monitor    <target> [alpha <a>]
+//		monitor    <target> [alpha <a>] [by org] [settle <duration>]
 //	}
 //
 // redis and stream are required (Provision says so, after placeholders are
 // resolved); key_prefix defaults to "systemone:". monitor watches the
 // guarantee live (see Monitor): target in (0, 1), alpha in (0, 1), default
-// 0.05; default off. Its numbers accept placeholders known at adapt time,
+// 0.05; `by org` keeps a group per organization; settle, default 10m, is
+// how long after an entry's first label its observation is taken (0s: at
+// once); default off. Its values accept placeholders known at adapt time,
 // such as {env.NAME}.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
@@ -81,13 +83,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// parseMonitor parses `monitor <target> [alpha <a>]`.
+// parseMonitor parses `monitor <target> [alpha <a>] [by org] [settle
+// <duration>]`, the options in any order, each once.
 func parseMonitor(d *caddyfile.Dispenser) (*Monitor, error) {
-	number := func(what string) (float64, error) {
+	repl := caddy.NewReplacer()
+	value := func(what string) (string, error) {
 		if !d.NextArg() {
-			return 0, d.ArgErr()
+			return "", d.ArgErr()
 		}
-		v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
+		return repl.ReplaceAll(d.Val(), ""), nil
+	}
+	number := func(what string) (float64, error) {
+		v, err := value(what)
+		if err != nil {
+			return 0, err
+		}
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
 			return 0, d.Errf("monitor %s %q is not a number", what, v)
@@ -99,18 +109,43 @@ func parseMonitor(d *caddyfile.Dispenser) (*Monitor, error) {
 	if m.Target, err = number("target"); err != nil {
 		return nil, err
 	}
-	if d.NextArg() {
-		if d.Val() != "alpha" {
-			return nil, d.Errf("monitor takes a target, then alpha <a>, not %q", d.Val())
+	seen := map[string]bool{}
+	for d.NextArg() {
+		option := d.Val()
+		if seen[option] {
+			return nil, d.Errf("monitor: duplicate %s", option)
 		}
-		if m.Alpha, err = number("alpha"); err != nil {
-			return nil, err
-		}
-		if !(m.Alpha > 0 && m.Alpha < 1) { // 0 would read as the default
-			return nil, d.Errf("monitor alpha %v is outside (0, 1)", m.Alpha)
-		}
-		if d.NextArg() {
-			return nil, d.ArgErr()
+		seen[option] = true
+		switch option {
+		case "alpha":
+			if m.Alpha, err = number("alpha"); err != nil {
+				return nil, err
+			}
+			if !(m.Alpha > 0 && m.Alpha < 1) { // 0 would read as the default
+				return nil, d.Errf("monitor alpha %v is outside (0, 1)", m.Alpha)
+			}
+		case "by":
+			v, err := value("by")
+			if err != nil {
+				return nil, err
+			}
+			if v != "org" {
+				return nil, d.Errf("monitor by %q: want by org", v)
+			}
+			m.ByOrg = true
+		case "settle":
+			v, err := value("settle")
+			if err != nil {
+				return nil, err
+			}
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur < 0 {
+				return nil, d.Errf("monitor settle %q is not a duration of 0s or more", v)
+			}
+			settle := caddy.Duration(dur)
+			m.Settle = &settle
+		default:
+			return nil, d.Errf("monitor takes a target, then alpha <a>, by org or settle <duration>, not %q", option)
 		}
 	}
 	if err := m.params().Validate(); err != nil {

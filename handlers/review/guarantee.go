@@ -2,6 +2,8 @@ package review
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -18,19 +21,36 @@ import (
 	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
-// Monitor is the `monitor` setting: the guarantee watched live. Per (model,
-// question type) group, every first label of a question whose entry was
-// drawn by audit and whose question was routed auto is one observation of
-// the group's e-process (package guarantee) for "this group's agreement is
-// at or above Target"; the group's alarm is raised when its evidence
-// reaches 1/Alpha and stays until DELETE /guarantee/<model>/<type>.
+// DefaultSettle is how long after an entry's first label the monitor
+// takes its observation when `settle` is not set.
+const DefaultSettle = 10 * time.Minute
+
+// Monitor is the `monitor` setting: the guarantee watched live. Each entry
+// drawn by audit with labelled questions routed auto is one observation
+// of each (model, question type) group among them (with ByOrg, each
+// (model, type, org) group): the share of its labelled auto questions of
+// the group that agree, taken Settle after the entry's first label with
+// the labels current then, in entry order. A group's e-process (package
+// guarantee) tests "this group's agreement is at or above Target"; its
+// alarm is raised when the evidence reaches the current sequence's
+// 1/level (Alpha/2^k for the k-th sequence) and stays until DELETE
+// /guarantee/<model>/<type>.
 type Monitor struct {
 	// Target is the agreement the thresholds were calibrated for, in (0, 1).
 	// Required.
 	Target float64 `json:"target"`
 	// Alpha bounds the chance that a group whose agreement is at or above
-	// Target ever alarms, in (0, 1). Default 0.05.
+	// Target ever alarms, over its whole life and all its resets, in (0,
+	// 1). Default 0.05.
 	Alpha float64 `json:"alpha,omitempty"`
+	// ByOrg keeps a group per (model, type, org) instead of per (model,
+	// type). Default off.
+	ByOrg bool `json:"by_org,omitempty"`
+	// Settle is how long after an entry's first label its observation is
+	// taken, so that a correction within it replaces the first label and
+	// entries labelled within it are taken in entry order; 0 takes it at
+	// once. Default 10m.
+	Settle *caddy.Duration `json:"settle,omitempty"`
 }
 
 // params returns m's process settings, alpha defaulted.
@@ -42,129 +62,199 @@ func (m *Monitor) params() guarantee.Params {
 	return p
 }
 
-// metricsRefresh is how often each review handler re-reads every group's
-// state for its metrics, so that every instance's gauges follow labels
-// stored through another instance; a variable so that tests can shrink it.
-var metricsRefresh = 10 * time.Second
+// settle returns Settle, defaulted.
+func (m *Monitor) settle() time.Duration {
+	if m.Settle == nil {
+		return DefaultSettle
+	}
+	return time.Duration(*m.Settle)
+}
 
-// maxMetricModel bounds the model label of the guarantee gauges, as the
-// gateway's metrics do.
+// Refresh periods of a running monitor; variables so that tests can
+// shrink them.
+var (
+	// metricsRefresh is how often each review handler re-reads every
+	// group's state for its metrics, so that every instance's gauges
+	// follow observations another instance took.
+	metricsRefresh = 10 * time.Second
+	// takeEvery is how often each review handler takes the observations
+	// that have settled. Every instance does, and the take script hands
+	// each entry to exactly one of them.
+	takeEvery = time.Second
+)
+
+// maxMetricModel bounds the model and org labels of the guarantee gauges,
+// as the gateway's metrics do.
 const maxMetricModel = 128
 
-// guaranteeGauges are created once per process and registered on the
-// registry of every config, like labelsTotal. Their series are bounded by
-// the groups the review stream holds: model versions the upstream
-// answered with, times three types.
-var guaranteeGauges = sync.OnceValue(func() [2]*prometheus.GaugeVec {
-	return [2]*prometheus.GaugeVec{
-		prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "systemone",
-			Name:      "guarantee_alarm",
-			Help:      "1 while the (model, type) group's guarantee monitor is in alarm (its auto answers agree with reviewers less than the target, at level alpha), until the group is reset; else 0.",
-		}, []string{"model", "type"}),
-		prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "systemone",
-			Name:      "guarantee_evidence",
-			Help:      "The (model, type) group's e-process: evidence against \"agreement at or above the target\"; the alarm is raised at 1/alpha.",
-		}, []string{"model", "type"}),
-	}
-})
+// guaranteeMetrics is the process's collector of the guarantee gauges,
+// registered on the registry of every config, like labelsTotal. It holds
+// the last value of each group; under `by org` its series carry an `org`
+// label too (all of them, so that the metric family keeps one set of label
+// names when a process runs both kinds of monitor). Its series are bounded
+// by the groups the review stream holds.
+type guaranteeMetrics struct {
+	mu     sync.Mutex
+	groups map[guarantee.Group][2]float64 // alarm 0|1, evidence
+}
 
-// registerGauges registers the guarantee gauges on reg, or returns the ones
-// already registered under their names.
-func registerGauges(reg prometheus.Registerer) (alarm, evidence *prometheus.GaugeVec, err error) {
-	out := guaranteeGauges()
-	for i, g := range out {
-		if err := reg.Register(g); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, nil, err
-			}
-			existing, ok := are.ExistingCollector.(*prometheus.GaugeVec)
-			if !ok {
-				return nil, nil, err
-			}
-			out[i] = existing
+// Help of the guarantee gauges.
+const (
+	alarmHelp    = "1 while the group's guarantee monitor is in alarm (its auto answers agree with reviewers less than the target, at level alpha), until the group is reset; else 0."
+	evidenceHelp = "The group's e-process: evidence against \"agreement at or above the target\"; the alarm is raised at 1/alpha of the group's current sequence."
+)
+
+var processMetrics = &guaranteeMetrics{groups: map[guarantee.Group][2]float64{}}
+
+// Describe sends nothing: the collector is unchecked, since its label
+// names depend on the monitors running.
+func (*guaranteeMetrics) Describe(chan<- *prometheus.Desc) {}
+
+// Collect writes every group's gauges.
+func (c *guaranteeMetrics) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	byOrg := false
+	for g := range c.groups {
+		byOrg = byOrg || g.ByOrg
+	}
+	for g, v := range c.groups {
+		names := []string{"model", "type"}
+		values := []string{bounded(g.Model), g.Type}
+		if byOrg {
+			names, values = append(names, "org"), append(values, bounded(g.Org))
+		}
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("systemone_guarantee_alarm", alarmHelp, names, nil),
+			prometheus.GaugeValue, v[0], values...)
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("systemone_guarantee_evidence", evidenceHelp, names, nil),
+			prometheus.GaugeValue, v[1], values...)
+	}
+}
+
+func bounded(v string) string {
+	if len(v) > maxMetricModel {
+		return strings.ToValidUTF8(v[:maxMetricModel], "")
+	}
+	return v
+}
+
+func (c *guaranteeMetrics) set(g guarantee.Group, s guarantee.State) {
+	alarm := 0.0
+	if s.Alarm {
+		alarm = 1
+	}
+	c.mu.Lock()
+	c.groups[g] = [2]float64{alarm, s.Evidence}
+	c.mu.Unlock()
+}
+
+// registerMetrics registers the process's guarantee collector on reg.
+func registerMetrics(reg prometheus.Registerer) error {
+	if err := reg.Register(processMetrics); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return err
 		}
 	}
-	return out[0], out[1], nil
+	return nil
 }
 
 // guaranteeMonitor is a Handler's running monitor.
 type guaranteeMonitor struct {
-	params          guarantee.Params
-	alarm, evidence *prometheus.GaugeVec
-	stop            context.CancelFunc
-	done            chan struct{}
+	params guarantee.Params
+	byOrg  bool
+	settle time.Duration
+	// now is the monitor's clock: when a label was given, when an entry
+	// settles. Every instance's clock should agree within the settle time.
+	now  func() time.Time
+	stop context.CancelFunc
+	done chan struct{}
 }
 
-// startMonitor registers the gauges and starts the metrics refresh.
+// startMonitor registers the gauges and starts the takes and the metrics
+// refresh.
 func (h *Handler) startMonitor(reg prometheus.Registerer) error {
 	params := h.Monitor.params()
 	if err := params.Validate(); err != nil {
 		return err
 	}
-	alarm, evidence, err := registerGauges(reg)
-	if err != nil {
+	if h.Monitor.settle() < 0 {
+		return errors.New("settle must not be negative")
+	}
+	if err := registerMetrics(reg); err != nil {
 		return err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	m := &guaranteeMonitor{params: params, alarm: alarm, evidence: evidence, stop: stop, done: make(chan struct{})}
+	m := &guaranteeMonitor{params: params, byOrg: h.Monitor.ByOrg, settle: h.Monitor.settle(), now: now,
+		stop: stop, done: make(chan struct{})}
 	h.monitor = m
 	go func() {
 		defer close(m.done)
-		t := time.NewTicker(metricsRefresh)
-		defer t.Stop()
+		take := time.NewTicker(takeEvery)
+		defer take.Stop()
+		refresh := time.NewTicker(metricsRefresh)
+		defer refresh.Stop()
+		h.refreshMetrics(ctx)
 		for {
-			if states, err := h.store.groups(ctx); err == nil {
-				for g, s := range states {
-					m.set(g, s.At(params))
-				}
-			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-take.C:
+				h.takeSettled(ctx)
+			case <-refresh.C:
+				h.refreshMetrics(ctx)
 			}
 		}
 	}()
 	return nil
 }
 
-// close stops the metrics refresh and waits for it.
+// refreshMetrics shows every stored group in the gauges.
+func (h *Handler) refreshMetrics(ctx context.Context) {
+	if states, err := h.store.groups(ctx, h.monitor.params); err == nil {
+		for g, s := range states {
+			processMetrics.set(g, s)
+		}
+	}
+}
+
+// takeSettled takes the observations that have settled and shows them.
+// A failure is logged by the next request that meets it (a take is
+// retried every takeEvery; nothing is lost while Redis is away).
+func (h *Handler) takeSettled(ctx context.Context) {
+	updates, err := h.store.take(ctx, h.monitor.now(), h.monitor.params)
+	h.observed(updates)
+	if err != nil && ctx.Err() == nil {
+		if ce := h.logger.Check(zap.DebugLevel, "guarantee take failed"); ce != nil {
+			ce.Write(zap.String("stream", h.store.stream), zap.Error(err))
+		}
+	}
+}
+
+// close stops the takes and the metrics refresh and waits for them.
 func (m *guaranteeMonitor) close() {
 	m.stop()
 	<-m.done
 }
 
-// set shows a group's state in the gauges.
-func (m *guaranteeMonitor) set(g guarantee.Group, s guarantee.State) {
-	model := g.Model
-	if len(model) > maxMetricModel {
-		model = strings.ToValidUTF8(model[:maxMetricModel], "")
-	}
-	alarm := 0.0
-	if s.Alarm {
-		alarm = 1
-	}
-	m.alarm.WithLabelValues(model, g.Type).Set(alarm)
-	m.evidence.WithLabelValues(model, g.Type).Set(s.Evidence)
-}
-
-// observed shows the groups a label write observed, and logs each alarm it
-// raised: one warn entry per alarm, by the instance whose write raised it.
+// observed shows the groups an observation updated, and logs each alarm it
+// raised: one warn entry per alarm, by the instance whose take raised it.
 func (h *Handler) observed(updates []groupUpdate) {
 	m := h.monitor
 	for _, u := range updates {
-		m.set(u.group, u.state)
+		processMetrics.set(u.group, u.state)
 		if !u.raised {
 			continue
 		}
 		if ce := h.logger.Check(zap.WarnLevel, "guarantee alarm"); ce != nil {
-			ce.Write(zap.String("model", u.group.Model), zap.String("type", u.group.Type),
+			fields := []zap.Field{zap.String("model", u.group.Model), zap.String("type", u.group.Type)}
+			if u.group.ByOrg {
+				fields = append(fields, zap.String("org", u.group.Org))
+			}
+			ce.Write(append(fields, zap.Int64("entries", u.state.Entries),
 				zap.Int64("labels", u.state.Labels), zap.Int64("agree", u.state.Agree),
 				zap.Float64("evidence", u.state.Evidence), zap.Float64("target", m.params.Target),
-				zap.Float64("alpha", m.params.Alpha), zap.String("stream", h.store.stream))
+				zap.Float64("alpha", m.params.Level(u.state.Sequence)), zap.String("stream", h.store.stream))...)
 		}
 	}
 }
@@ -173,14 +263,18 @@ func (h *Handler) observed(updates []groupUpdate) {
 type guaranteeGroup struct {
 	Model    string  `json:"model"`
 	Type     string  `json:"type"`
+	Org      string  `json:"org"`
+	Alpha    float64 `json:"alpha"`
+	Entries  int64   `json:"entries"`
 	Labels   int64   `json:"labels"`
 	Agree    int64   `json:"agree"`
 	Evidence float64 `json:"evidence"`
 	Alarm    bool    `json:"alarm"`
 }
 
-// serveGuarantee answers GET /guarantee and DELETE /guarantee/<model>/<type>
-// (404 not_found for both without a monitor).
+// serveGuarantee answers GET /guarantee and DELETE
+// /guarantee/<model>/<type>[?org=<org>] (404 not_found for both without a
+// monitor).
 func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 	if h.monitor == nil {
 		writeDetail(w, http.StatusNotFound, "not_found")
@@ -192,7 +286,7 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	g, ok := groupPath(r.URL)
+	g, ok := groupPath(r.URL, h.monitor.byOrg)
 	if !ok {
 		writeDetail(w, http.StatusNotFound, "not_found")
 		return
@@ -200,7 +294,7 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodDelete) {
 		return
 	}
-	found, err := h.store.resetGroup(r.Context(), g, h.monitor.params)
+	state, found, err := h.store.resetGroup(r.Context(), g, h.monitor.params)
 	if err != nil {
 		h.storeFailed(w, "guarantee", err)
 		return
@@ -209,16 +303,21 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "not_found")
 		return
 	}
-	h.monitor.set(g, guarantee.Fresh(h.monitor.params.Target))
+	processMetrics.set(g, state)
 	if ce := h.logger.Check(zap.InfoLevel, "guarantee reset"); ce != nil {
-		ce.Write(zap.String("model", g.Model), zap.String("type", g.Type), zap.String("stream", h.store.stream))
+		ce.Write(zap.String("model", g.Model), zap.String("type", g.Type), zap.String("org", g.Org),
+			zap.Float64("alpha", h.monitor.params.Level(state.Sequence)), zap.String("by", authUser(r)),
+			zap.String("stream", h.store.stream))
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // groupPath reads /guarantee/<model>/<type> from the escaped path, so that
 // a model holding a slash is written %2F; the type is the last segment.
-func groupPath(u *url.URL) (guarantee.Group, bool) {
+// Under `by org` the group is the org's of the `org` query parameter
+// (absent or empty: the group of requests without an org); without it, an
+// `org` parameter names no group.
+func groupPath(u *url.URL, byOrg bool) (guarantee.Group, bool) {
 	rest, ok := strings.CutPrefix(u.EscapedPath(), "/guarantee/")
 	if !ok {
 		return guarantee.Group{}, false
@@ -229,68 +328,100 @@ func groupPath(u *url.URL) (guarantee.Group, bool) {
 	}
 	model, err1 := url.PathUnescape(rest[:i])
 	typ, err2 := url.PathUnescape(rest[i+1:])
-	if err1 != nil || err2 != nil || !utf8.ValidString(model) || strings.Contains(typ, ":") {
+	if err1 != nil || err2 != nil || !utf8.ValidString(model) || strings.ContainsAny(typ, ":@") {
 		return guarantee.Group{}, false
 	}
-	return guarantee.Group{Model: model, Type: typ}, true
+	org := u.Query().Get("org")
+	if !byOrg && org != "" {
+		return guarantee.Group{}, false
+	}
+	return guarantee.Group{Model: model, Type: typ, Org: org, ByOrg: byOrg}, true
 }
 
 func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
-	states, err := h.store.groups(r.Context())
+	p := h.monitor.params
+	states, err := h.store.groups(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "guarantee", err)
 		return
 	}
-	p := h.monitor.params
 	groups := make([]guaranteeGroup, 0, len(states))
 	for g, s := range states {
-		s = s.At(p)
-		h.monitor.set(g, s)
-		groups = append(groups, guaranteeGroup{Model: g.Model, Type: g.Type, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm})
+		processMetrics.set(g, s)
+		groups = append(groups, guaranteeGroup{Model: g.Model, Type: g.Type, Org: g.Org, Alpha: p.Level(s.Sequence),
+			Entries: s.Entries, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm})
 	}
 	slices.SortFunc(groups, func(a, b guaranteeGroup) int {
 		if c := strings.Compare(a.Model, b.Model); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Type, b.Type)
+		if c := strings.Compare(a.Type, b.Type); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Org, b.Org)
 	})
 	writeJSON(w, http.StatusOK, map[string]any{"target": p.Target, "alpha": p.Alpha, "groups": groups})
 }
 
-// groups reads every group's stored state; a state that does not read is
-// left out (it was not written by this version).
-func (s *store) groups(ctx context.Context) (map[guarantee.Group]guarantee.State, error) {
+// groups reads every group's stored state as the monitor p reads it, and
+// the groups in the alarm set without a state (an alarm a gateway
+// restored after Redis lost its data) as fresh and in alarm. A state that
+// does not read is left out (it was not written by this version).
+func (s *store) groups(ctx context.Context, p guarantee.Params) (map[guarantee.Group]guarantee.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	all, err := s.client.HGetAll(ctx, s.stateKey).Result()
-	if err != nil {
+	var all *redis.MapStringStringCmd
+	var alarms *redis.StringSliceCmd
+	if _, err := s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		all = pipe.HGetAll(ctx, s.stateKey)
+		alarms = pipe.SMembers(ctx, s.alarmKey)
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	out := make(map[guarantee.Group]guarantee.State, len(all))
-	for m, v := range all {
+	out := make(map[guarantee.Group]guarantee.State, len(all.Val()))
+	for m, v := range all.Val() {
 		g, ok := guarantee.ParseMember(m)
 		st, err := guarantee.Decode(v)
 		if ok && err == nil {
-			out[g] = st
+			out[g] = st.At(p)
+		}
+	}
+	for _, m := range alarms.Val() {
+		if g, ok := guarantee.ParseMember(m); ok {
+			if _, has := out[g]; !has {
+				st := guarantee.Fresh(p.Target)
+				st.Alarm = true
+				out[g] = st
+			}
 		}
 	}
 	return out, nil
 }
 
-// resetScript starts a group's process afresh and clears its alarm, when
-// the group has a state: KEYS state hash, alarm set; ARGV member, target.
+// resetScript starts a group's next sequence and clears its alarm, when
+// the group has a state or an alarm (guarantee_reset): KEYS
+// guarantee.LuaKeys; ARGV member, target, token. It returns the new state,
+// or nil for a group never seen.
 var resetScript = redis.NewScript(guarantee.LuaUpdate + `
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], guarantee_fresh(tonumber(ARGV[2])))
-redis.call('SREM', KEYS[2], ARGV[1])
-return 1
+return guarantee_reset(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3])
 `)
 
-// resetGroup starts g's sequence afresh (labels 0, evidence 1, no alarm);
-// found is false for a group never observed.
-func (s *store) resetGroup(ctx context.Context, g guarantee.Group, p guarantee.Params) (bool, error) {
+// resetGroup starts g's next sequence (labels 0, evidence 1, no alarm, a
+// smaller alpha) and records a new reset token, so that the gateways tell
+// the reset from a lost alarm; found is false for a group never observed.
+func (s *store) resetGroup(ctx context.Context, g guarantee.Group, p guarantee.Params) (guarantee.State, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	n, err := resetScript.Run(ctx, s.client, []string{s.stateKey, s.alarmKey}, g.Member(), guarantee.LuaArgs(p)[0]).Int()
-	return n == 1, err
+	var token [12]byte
+	_, _ = rand.Read(token[:])
+	v, err := resetScript.Run(ctx, s.client, s.monitorKeys(), g.Member(), guarantee.LuaArgs(p)[0], hex.EncodeToString(token[:])).Text()
+	if errors.Is(err, redis.Nil) {
+		return guarantee.State{}, false, nil
+	}
+	if err != nil {
+		return guarantee.State{}, false, err
+	}
+	st, err := guarantee.Decode(v)
+	return st, err == nil, err
 }

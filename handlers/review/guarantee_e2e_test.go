@@ -53,7 +53,7 @@ func newMonitorStack(t *testing.T) *monitorStack {
 			redis %[2]s
 			key_prefix gw:
 			stream %[3]s
-			monitor 0.9 alpha 0.05
+			monitor 0.9 alpha 0.05 settle 0s
 		}
 	}
 	handle_path /plain/* {
@@ -181,6 +181,9 @@ type guaranteePage struct {
 	Groups []struct {
 		Model    string  `json:"model"`
 		Type     string  `json:"type"`
+		Org      string  `json:"org"`
+		Alpha    float64 `json:"alpha"`
+		Entries  int     `json:"entries"`
 		Labels   int     `json:"labels"`
 		Agree    int     `json:"agree"`
 		Evidence float64 `json:"evidence"`
@@ -266,31 +269,45 @@ func TestGuaranteeEndToEnd(t *testing.T) {
 		t.Fatalf("before any label: %+v", p)
 	}
 
-	// Agreeing labels: evidence falls, no alarm.
+	// Agreeing labels: one entry, one observation, no alarm.
 	resp := s.ask(t, 3, false)
 	if resp.Header.Get("X-Route") != "auto" {
 		t.Fatalf("route %q %q", resp.Header.Get("X-Route"), resp.Header.Get("X-Route-Reason"))
 	}
 	s.label(t, s.entryOf(t, resp), true)
 	p := s.guarantee(t)
-	if len(p.Groups) != 1 || p.Groups[0].Type != "noul" || p.Groups[0].Labels != 3 || p.Groups[0].Agree != 3 || p.Groups[0].Evidence > 1 || p.Groups[0].Alarm {
+	if len(p.Groups) != 1 || p.Groups[0].Type != "noul" || p.Groups[0].Entries != 1 || p.Groups[0].Labels != 3 || p.Groups[0].Agree != 3 ||
+		p.Groups[0].Evidence > 1 || p.Groups[0].Alarm || p.Groups[0].Alpha != 0.025 || p.Groups[0].Org != "" {
 		t.Fatalf("after 3 agreeing labels: %+v", p)
 	}
 	model := p.Groups[0].Model
 
-	// 40 disagreeing noul labels in one PUT, and a human-routed choice
-	// question labelled wrong too (not an observation: routed human).
-	resp = s.ask(t, 40, true)
-	item := s.entryOf(t, resp)
-	s.label(t, item, false)
-	labelled := time.Now()
-	p = s.guarantee(t)
-	if len(p.Groups) != 1 || p.Groups[0].Labels != 43 || p.Groups[0].Agree != 3 || !p.Groups[0].Alarm || p.Groups[0].Evidence < 20 {
-		t.Fatalf("after 40 disagreeing labels: %+v", p)
+	// Entries whose auto noul answers people judge wrong, each one
+	// observation however many questions it holds, until the alarm; a
+	// human-routed choice question labelled wrong is no observation.
+	var item map[string]any
+	var labelled time.Time
+	entries := 1
+	for !p.Groups[0].Alarm {
+		if entries == 30 {
+			t.Fatalf("no alarm after %d disagreeing entries: %+v", entries, p)
+		}
+		item = s.entryOf(t, s.ask(t, 4, true))
+		s.label(t, item, false)
+		labelled = time.Now()
+		entries++
+		p = s.guarantee(t)
+		if len(p.Groups) != 1 || p.Groups[0].Entries != entries || p.Groups[0].Labels != 3+4*(entries-1) || p.Groups[0].Agree != 3 {
+			t.Fatalf("after %d entries: %+v", entries, p)
+		}
 	}
-	// The same labels again replace, and add nothing.
+	if p.Groups[0].Evidence < 40 {
+		t.Errorf("alarm at evidence %v, below 1/0.025", p.Groups[0].Evidence)
+	}
+	t.Logf("alarm at the %d-th entry (evidence %.1f)", entries, p.Groups[0].Evidence)
+	// The same labels again: the entry was observed, nothing changes.
 	s.label(t, item, false)
-	if p2 := s.guarantee(t); p2.Groups[0].Labels != 43 || p2.Groups[0].Evidence != p.Groups[0].Evidence {
+	if p2 := s.guarantee(t); p2.Groups[0].Entries != p.Groups[0].Entries || p2.Groups[0].Evidence != p.Groups[0].Evidence {
 		t.Errorf("replaced labels changed the group: %+v, was %+v", p2, p)
 	}
 	series := fmt.Sprintf(`{model=%q,type="noul"}`, model)
@@ -332,8 +349,9 @@ func TestGuaranteeEndToEnd(t *testing.T) {
 		}
 	}
 	p = s.guarantee(t)
-	if len(p.Groups) != 1 || p.Groups[0].Labels != 0 || p.Groups[0].Agree != 0 || p.Groups[0].Evidence != 1 || p.Groups[0].Alarm {
-		t.Errorf("after the reset: %+v", p)
+	if len(p.Groups) != 1 || p.Groups[0].Labels != 0 || p.Groups[0].Entries != 0 || p.Groups[0].Agree != 0 || p.Groups[0].Evidence != 1 ||
+		p.Groups[0].Alarm || p.Groups[0].Alpha != 0.0125 {
+		t.Errorf("after the reset (the second sequence runs at alpha/4): %+v", p)
 	}
 	if v, _ := s.gauge(t, "systemone_guarantee_alarm"+series); v != 0 {
 		t.Errorf("alarm gauge after the reset: %v", v)
@@ -344,7 +362,7 @@ func TestGuaranteeEndToEnd(t *testing.T) {
 	}
 	// A reset group counts afresh: a label now is its first observation.
 	s.label(t, s.entryOf(t, resp), true)
-	if p := s.guarantee(t); p.Groups[0].Labels != 2 || p.Groups[0].Agree != 2 || p.Groups[0].Alarm {
+	if p := s.guarantee(t); p.Groups[0].Labels != 2 || p.Groups[0].Entries != 1 || p.Groups[0].Agree != 2 || p.Groups[0].Alarm {
 		t.Errorf("after the reset and 2 labels: %+v", p)
 	}
 }

@@ -68,7 +68,7 @@ func TestMonitorDocs(t *testing.T) {
 		Groups        []map[string]any
 	}
 	if blocks := fencedIn(doc, "json"); len(blocks) != 1 || json.Unmarshal([]byte(blocks[0]), &example) != nil ||
-		len(example.Groups) != 1 || !slices.Equal(slices.Sorted(maps.Keys(example.Groups[0])), []string{"agree", "alarm", "evidence", "labels", "model", "type"}) {
+		len(example.Groups) != 1 || !slices.Equal(slices.Sorted(maps.Keys(example.Groups[0])), []string{"agree", "alarm", "alpha", "entries", "evidence", "labels", "model", "org", "type"}) {
 		t.Errorf("the JSON example is not GET /guarantee's form: %+v", example)
 	}
 
@@ -87,6 +87,9 @@ func TestMonitorDocs(t *testing.T) {
 	}
 	if len(commands) != 2 {
 		t.Fatalf("%d commands, want GET and DELETE", len(commands))
+	}
+	if commands[0][1] != "reviewer" || commands[1][1] != "operator" {
+		t.Fatalf("the GET is the reviewer's and the reset the operator's: %q", commands)
 	}
 	send := func(m []string) (*http.Response, []byte) {
 		method := m[3]
@@ -109,18 +112,35 @@ func TestMonitorDocs(t *testing.T) {
 	}
 	ctx := context.Background()
 	member := guarantee.Group{Model: "service-1.0.0", Type: "noul"}.Member()
-	alarmed := guarantee.State{Target: 0.95, Labels: 143, Agree: 121, Evidence: 23.7, Curvature: 2, Alarm: true}
+	alarmed := guarantee.State{Target: 0.95, Sequence: 1, Entries: 61, Labels: 143, Agree: 121, Evidence: 41.7, Curvature: 2, Alarm: true}
 	if err := rdb.HSet(ctx, guarantee.StateKey("systemone:", "review:human"), member, alarmed.Encode()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.SAdd(ctx, guarantee.AlarmKey("systemone:", "review:human"), member).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// The reset is the operator's: a reviewer's login is refused, on any
+	// group, and the group stays in alarm.
+	asReviewer := slices.Clone(commands[1])
+	asReviewer[1], asReviewer[2] = commands[0][1], commands[0][2]
+	if resp, body := send(asReviewer); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("DELETE with the reviewer's login: %d %s, want 401", resp.StatusCode, body)
+	}
+	if n, _ := rdb.SCard(ctx, guarantee.AlarmKey("systemone:", "review:human")).Result(); n != 1 {
+		t.Errorf("a reviewer's DELETE touched the alarm")
+	}
+	// The operator reads too.
+	asOperator := slices.Clone(commands[0])
+	asOperator[1], asOperator[2] = commands[1][1], commands[1][2]
+	if resp, body := send(asOperator); resp.StatusCode != 200 {
+		t.Errorf("GET /guarantee as the operator: %d %s", resp.StatusCode, body)
+	}
 	if resp, body := send(commands[1]); resp.StatusCode != 204 {
 		t.Errorf("DELETE of a group in alarm: %d %s", resp.StatusCode, body)
 	}
 	resp, body = send(commands[0])
-	if json.Unmarshal(body, &page) != nil || len(page.Groups) != 1 || page.Groups[0].Labels != 0 || page.Groups[0].Evidence != 1 || page.Groups[0].Alarm {
+	if json.Unmarshal(body, &page) != nil || len(page.Groups) != 1 || page.Groups[0].Labels != 0 || page.Groups[0].Evidence != 1 || page.Groups[0].Alarm ||
+		page.Groups[0].Alpha != 0.0125 {
 		t.Errorf("after the reset: %d %s", resp.StatusCode, body)
 	}
 	if n, _ := rdb.SCard(ctx, guarantee.AlarmKey("systemone:", "review:human")).Result(); n != 0 {

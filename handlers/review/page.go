@@ -3,6 +3,7 @@ package review
 import (
 	"bytes"
 	"embed"
+	"html"
 	"net/http"
 	"strings"
 	"time"
@@ -39,7 +40,31 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, target, http.StatusMovedPermanently)
 		return
 	}
-	serveAsset(w, r, "index.html")
+	user := authUser(r)
+	if user == "" {
+		serveAsset(w, r, "index.html")
+		return
+	}
+	// Signed in: the page names the reviewer. The page is made for this
+	// user, so it is served afresh, never from a cache.
+	b, err := pageFiles.ReadFile("page/index.html")
+	if err != nil {
+		writeDetail(w, http.StatusNotFound, "not_found")
+		return
+	}
+	meta := `<meta name="systemone-user" content="` + html.EscapeString(user) + `">` + "\n"
+	b = bytes.Replace(b, []byte("<title>"), []byte(meta+"<title>"), 1)
+	setPageHeaders(w.Header())
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b)
+}
+
+// setPageHeaders are the headers of every page file.
+func setPageHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", pageCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
 }
 
 // serveAsset serves one embedded page file.
@@ -50,9 +75,7 @@ func serveAsset(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Security-Policy", pageCSP)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	setPageHeaders(h)
 	// Revalidate every time: a new binary may bring a new page.
 	h.Set("Cache-Control", "no-cache")
 	switch {

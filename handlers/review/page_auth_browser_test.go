@@ -17,7 +17,9 @@ import (
 // (the browser sends the Authorization it holds): it serves the oldest
 // unlabelled audited entry first, then the others, says which count for
 // calibration, and shows each group's progress at the target the reviewer
-// sets, as /progress computes it.
+// sets, as /progress computes it. Signed in, the reviewer is the signed-in
+// user, on the page and in the API; the progress target starts at the
+// monitor's; the page says what the guarantee says and assumes.
 func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
 	if err != nil {
@@ -27,7 +29,7 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 	for _, inURL := range []bool{true, false} {
 		name := map[bool]string{true: "credentials in the URL", false: "credentials sent by the browser"}[inURL]
 		t.Run(name, func(t *testing.T) {
-			s := newStack(t, stackOptions{basicAuth: [2]string{"ann", string(hash)}})
+			s := newStack(t, stackOptions{basicAuth: [2]string{"ann", string(hash)}, monitor: "0.88"})
 			routine1 := s.addEntry(t, false)
 			audited1 := s.addEntry(t, true)
 			routine2 := s.addEntry(t, false)
@@ -72,11 +74,17 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			if !strings.Contains(note, "Counts for calibration") {
 				t.Errorf("audited item's note %q", note)
 			}
-			tb.waitFor(`document.getElementById('progress-status').dataset.target === '0.95'`)
-
-			tb.click("#reviewer")
-			tb.typeText("ann")
-			tb.key("Escape")
+			// The monitor's target, not the page's own default.
+			tb.waitFor(`document.getElementById('progress-status').dataset.target === '0.88'`)
+			var reviewer, promise string
+			tb.eval(`document.getElementById('reviewer').value`, &reviewer)
+			tb.eval(`document.getElementById('promise').textContent`, &promise)
+			if reviewer != "ann" {
+				t.Errorf("reviewer field %q, want the signed-in ann", reviewer)
+			}
+			if !strings.Contains(promise, "What the guarantee says") || !strings.Contains(promise, "without regard to their content") {
+				t.Errorf("the page's promise %q", promise)
+			}
 			label := func() {
 				t.Helper()
 				tb.key("n")
@@ -134,6 +142,16 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			tb.waitFor(`document.getElementById('progress-status').textContent.includes('2 label(s) of routine entries')`)
 			if got := s.storedLabels(t, routine2); got["q"] != [2]any{false, "ann"} {
 				t.Errorf("labels of the last item: %v", got)
+			}
+			// The API records the signed-in user, whatever name the body gives.
+			other := s.addEntry(t, false)
+			req, _ = http.NewRequest(http.MethodPut, s.url+"/review/items/"+other+"/labels", strings.NewReader(`{"labels":{"q":true},"reviewer":"mallory"}`))
+			req.SetBasicAuth("ann", "s3cret")
+			if resp, body := do(t, req); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("PUT as ann: %d %s", resp.StatusCode, body)
+			}
+			if got := s.storedLabels(t, other); got["q"] != [2]any{true, "ann"} {
+				t.Errorf("a label PUT by ann naming mallory: %v", got)
 			}
 		})
 	}

@@ -41,6 +41,8 @@ type stackOptions struct {
 	// a user and its bcrypt hash.
 	basicAuth [2]string
 	redisArgs []string
+	// monitor, when set, is the review handler's monitor line's arguments.
+	monitor string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -66,6 +68,10 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if o.basicAuth[0] != "" {
 		auth = fmt.Sprintf("basic_auth {\n\t\t\t%s %s\n\t\t}", o.basicAuth[0], o.basicAuth[1])
 	}
+	monitor := ""
+	if o.monitor != "" {
+		monitor = "monitor " + o.monitor
+	}
 	port, metricsPort := gatewaytest.FreePort(t), gatewaytest.FreePort(t)
 	sites := fmt.Sprintf(`:%[1]d {
 	handle_path /review/* {
@@ -73,6 +79,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		systemone_review {
 			redis %[2]s
 			stream %[3]s
+			%[8]s
 		}
 	}
 	handle_path /mounted* {
@@ -102,7 +109,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 :%[6]d {
 	metrics
 }
-`, port, rs.URL(), stream, queue, sim.Addr(), metricsPort, auth)
+`, port, rs.URL(), stream, queue, sim.Addr(), metricsPort, auth, monitor)
 	gatewaytest.Load(t, sites)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })

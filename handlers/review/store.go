@@ -60,7 +60,7 @@ type store struct {
 func newStore(client redis.UniversalClient, prefix, stream string) *store {
 	return &store{
 		client: client, stream: stream, content: route.ContentStream(stream),
-		base: prefix + "review:{" + stream + "}:", timeout: storeTimeout,
+		base: guarantee.Base(prefix, stream), timeout: storeTimeout,
 		stateKey: guarantee.StateKey(prefix, stream), alarmKey: guarantee.AlarmKey(prefix, stream),
 	}
 }
@@ -171,88 +171,65 @@ func (s *store) labels(ctx context.Context, ids []string) ([]map[string]string, 
 	return out, nil
 }
 
-// labelWrite is one label record to store, and the observation it makes
-// for the guarantee monitor when it is the question's first label.
+// labelWrite is one label record to store, and the observation it feeds
+// for the guarantee monitor.
 type labelWrite struct {
 	question, record string
-	// group is the (model, type) group whose process the label feeds,
-	// when its entry was drawn by audit and its question routed auto;
-	// nil otherwise.
+	// group is the group whose process the label feeds, when its entry
+	// was drawn by audit and its question routed auto; nil otherwise.
 	group *guarantee.Group
 	agree bool
 }
 
-// groupUpdate is a group's state after a put that observed it, and
-// whether the put raised its alarm.
+// groupUpdate is a group's state after an observation, and whether the
+// observation raised its alarm.
 type groupUpdate struct {
 	group  guarantee.Group
 	state  guarantee.State
 	raised bool
 }
 
+// monitorKeys are the keys of the guarantee functions (guarantee.LuaKeys).
+func (s *store) monitorKeys() []string { return guarantee.LuaKeys(s.base) }
+
 // putScript stores the label records of one entry (HSET, replacing those
-// of the same questions), indexes the entry, and, for each label that is
-// its question's first (HSET added the field) and makes an observation,
-// updates its group's e-process and alarm set: one script, so a label is
-// never stored without its observation or the reverse, and two reviewers
-// labelling the same question at once make one observation, not two.
+// of the same questions), indexes the entry, and with the monitor on notes
+// each label that feeds a group (guarantee_note): the entry awaits its
+// observation until due, with the labels current then. One script, so a
+// label is never stored without its note or the reverse.
 //
-//	KEYS: entry hash, labeled index, guarantee state hash, alarm set
-//	ARGV: index member, monitor on (1|0), guarantee.LuaArgs (4), then per
-//	      label: question id, record, group member ("" for none), agree (1|0)
-//
-// It returns, per group observed: member, final state, raised (1|0).
+//	KEYS: entry hash, labeled index, then guarantee.LuaKeys
+//	ARGV: index member, monitor on (1|0), due (Unix ms), request id, then
+//	      per label: question id, record, group member ("" for none), agree (1|0)
 var putScript = redis.NewScript(guarantee.LuaUpdate + `
-local on = ARGV[2] == '1'
-local target, threshold, max_bet, gain = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local states, raised, order = {}, {}, {}
-for i = 7, #ARGV, 4 do
-  local added = redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  local group = ARGV[i + 2]
-  if added == 1 and on and group ~= '' then
-    if states[group] == nil then
-      states[group] = redis.call('HGET', KEYS[3], group)
-      order[#order + 1] = group
-    end
-    local r
-    states[group], r = guarantee_update(states[group], ARGV[i + 3] == '1', target, threshold, max_bet, gain)
-    if r then raised[group] = true end
+local K = {KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]}
+local on, due, rid = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
+for i = 5, #ARGV, 4 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  if on and ARGV[i + 2] ~= '' then
+    guarantee_note(K, ARGV[1], due, rid, ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3]))
   end
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
-local out = {}
-for _, group in ipairs(order) do
-  redis.call('HSET', KEYS[3], group, states[group])
-  local r = '0'
-  if raised[group] then
-    redis.call('SADD', KEYS[4], group)
-    r = '1'
-  end
-  out[#out + 1] = group
-  out[#out + 1] = states[group]
-  out[#out + 1] = r
-end
-return out
+return 1
 `)
 
 // put stores the label records of entry id in the order given, replacing
 // those of the same questions and keeping the others, indexes the entry,
-// and with monitor (nil: off) feeds each first label's observation to its
-// group, in one script. It returns the groups observed.
-func (s *store) put(ctx context.Context, id streamID, writes []labelWrite, monitor *guarantee.Params) ([]groupUpdate, error) {
+// and with the monitor on notes the labels that feed a group, the entry
+// to be observed at due (when this is its first label), in one script.
+func (s *store) put(ctx context.Context, id streamID, requestID string, writes []labelWrite, monitorOn bool, due time.Time) error {
 	if len(writes) == 0 {
-		return nil, nil
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	args := make([]any, 0, 6+4*len(writes))
-	args = append(args, id.member(), "0", "", "", "", "")
-	if monitor != nil {
-		args[1] = "1"
-		for i, v := range guarantee.LuaArgs(*monitor) {
-			args[2+i] = v
-		}
+	on := "0"
+	if monitorOn {
+		on = "1"
 	}
+	args := make([]any, 0, 4+4*len(writes))
+	args = append(args, id.member(), on, due.UnixMilli(), requestID)
 	for _, w := range writes {
 		group, agree := "", "0"
 		if w.group != nil {
@@ -263,21 +240,58 @@ func (s *store) put(ctx context.Context, id streamID, writes []labelWrite, monit
 		}
 		args = append(args, w.question, w.record, group, agree)
 	}
-	keys := []string{s.entryKey(id.String()), s.indexKey(), s.stateKey, s.alarmKey}
-	out, err := putScript.Run(ctx, s.client, keys, args...).StringSlice()
-	if err != nil {
-		return nil, err
-	}
-	updates := make([]groupUpdate, 0, len(out)/3)
-	for i := 0; i+2 < len(out); i += 3 {
-		g, ok := guarantee.ParseMember(out[i])
-		st, err := guarantee.Decode(out[i+1])
-		if !ok || err != nil {
-			return nil, fmt.Errorf("guarantee state of %q: %v", out[i], err)
+	keys := append([]string{s.entryKey(id.String()), s.indexKey()}, s.monitorKeys()...)
+	return putScript.Run(ctx, s.client, keys, args...).Err()
+}
+
+// takeScript observes the pending entries due at now, in entry order
+// (guarantee_take): KEYS guarantee.LuaKeys; ARGV now (Unix ms), limit,
+// guarantee.LuaArgs. It returns the number of entries taken, then per
+// group observed: member, state, raised (1|0). Every instance may run it
+// at any time: it is atomic, so each entry is observed exactly once.
+var takeScript = redis.NewScript(guarantee.LuaUpdate + `
+return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+`)
+
+// takeBatch is how many entries one take script observes at most, so
+// that a backlog never holds Redis for long.
+const takeBatch = 200
+
+// take observes every pending entry due at now, in batches, and returns
+// the groups observed.
+func (s *store) take(ctx context.Context, now time.Time, p guarantee.Params) ([]groupUpdate, error) {
+	var updates []groupUpdate
+	for {
+		step, cancel := context.WithTimeout(ctx, s.timeout)
+		args := append([]any{now.UnixMilli(), takeBatch}, anys(guarantee.LuaArgs(p))...)
+		out, err := takeScript.Run(step, s.client, s.monitorKeys(), args...).StringSlice()
+		cancel()
+		if err != nil {
+			return updates, err
 		}
-		updates = append(updates, groupUpdate{group: g, state: st, raised: out[i+2] == "1"})
+		if len(out) == 0 {
+			return updates, fmt.Errorf("take: empty answer")
+		}
+		for i := 1; i+2 < len(out); i += 3 {
+			g, ok := guarantee.ParseMember(out[i])
+			st, err := guarantee.Decode(out[i+1])
+			if !ok || err != nil {
+				return updates, fmt.Errorf("guarantee state of %q: %v", out[i], err)
+			}
+			updates = append(updates, groupUpdate{group: g, state: st, raised: out[i+2] == "1"})
+		}
+		if n, _ := strconv.Atoi(out[0]); n < takeBatch {
+			return updates, nil
+		}
 	}
-	return updates, nil
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // errStop ends an export early without an error.

@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -60,8 +62,7 @@ func putMap(s *store, id streamID, records map[string]string) error {
 	for _, q := range slices.Sorted(maps.Keys(records)) {
 		writes = append(writes, labelWrite{question: q, record: records[q]})
 	}
-	_, err := s.put(context.Background(), id, writes, nil)
-	return err
+	return s.put(context.Background(), id, "", writes, false, time.Time{})
 }
 
 func TestStoreKeys(t *testing.T) {
@@ -146,18 +147,34 @@ func TestStoreCluster(t *testing.T) {
 			t.Fatalf("put on a cluster: %v", err)
 		}
 	}
-	// With the monitor, the script also writes the state hash and the
-	// alarm set: same slot.
-	params := &guarantee.Params{Target: 0.99, Alpha: 0.5}
+	// With the monitor, the script also notes the pending observation,
+	// and the take writes the state hash and the alarm set: same slot.
+	params := guarantee.Params{Target: 0.99, Alpha: 0.99} // alarms at the second disagreeing entry
 	g := &guarantee.Group{Model: "m", Type: "noul"}
-	updates, err := s.put(ctx, mustID(t, "9-0"), []labelWrite{{question: "a", record: "9-0/a", group: g}, {question: "b", record: "9-0/b", group: g}}, params)
-	if err != nil || len(updates) != 1 || updates[0].state.Labels != 2 || !updates[0].raised {
-		t.Fatalf("put with the monitor on a cluster: %+v, %v", updates, err)
+	at := time.Unix(1700000000, 0)
+	if err := s.put(ctx, mustID(t, "9-0"), "r9", []labelWrite{{question: "a", record: "9-0/a", group: g}, {question: "b", record: "9-0/b", group: g}}, true, at); err != nil {
+		t.Fatalf("put with the monitor on a cluster: %v", err)
 	}
-	if n, err := client.SCard(ctx, s.alarmKey).Result(); err != nil || n != 1 {
-		t.Errorf("alarm set on a cluster: %d, %v", n, err)
+	if err := s.put(ctx, mustID(t, "9-1"), "r9.1", []labelWrite{{question: "a", record: "9-1/a", group: g}}, true, at); err != nil {
+		t.Fatal(err)
 	}
-	if got, _ := exportAll(t, s, 2); !slices.Equal(got, []string{"1-0", "3-0", "5-0", "9-0/a", "9-0/b"}) {
+	updates, err := s.take(ctx, at, params)
+	if err != nil || len(updates) != 2 || updates[1].state.Labels != 3 || updates[1].state.Entries != 2 || !updates[1].raised {
+		t.Fatalf("take on a cluster: %+v, %v", updates, err)
+	}
+	if st, found, err := s.resetGroup(ctx, *g, params); err != nil || !found || st.Sequence != 2 {
+		t.Fatalf("reset on a cluster: %+v %v %v", st, found, err)
+	}
+	if err := s.put(ctx, mustID(t, "10-0"), "r10", []labelWrite{{question: "a", record: "10-0/a", group: g, agree: false}}, true, at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.take(ctx, at, params); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.HLen(ctx, guarantee.ResetKey("systemone:", "review:human")).Result(); err != nil || n != 1 {
+		t.Errorf("reset tokens on a cluster: %d, %v", n, err)
+	}
+	if got, _ := exportAll(t, s, 2); !slices.Equal(got, []string{"1-0", "3-0", "5-0", "9-0/a", "9-0/b", "9-1/a", "10-0/a"}) {
 		t.Errorf("export %q", got)
 	}
 	// The stream may live in any slot: reads of it are single-key.
@@ -318,8 +335,15 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{in: "systemone_review {\n monitor 0.9 alpha\n}", err: "wrong argument count"},
 		{in: "systemone_review {\n monitor 0.9 alpha 0\n}", err: "alpha 0 is outside (0, 1)"},
 		{in: "systemone_review {\n monitor 0.9 alpha 1.5\n}", err: "alpha 1.5 is outside (0, 1)"},
-		{in: "systemone_review {\n monitor 0.9 beta 0.1\n}", err: "then alpha <a>"},
-		{in: "systemone_review {\n monitor 0.9 alpha 0.1 x\n}", err: "wrong argument count"},
+		{in: "systemone_review {\n monitor 0.9 beta 0.1\n}", err: "then alpha <a>, by org or settle <duration>"},
+		{in: "systemone_review {\n monitor 0.9 alpha 0.1 x\n}", err: `not "x"`},
+		{in: "systemone_review {\n monitor 0.9 by org settle 0s\n}", want: Handler{Monitor: &Monitor{Target: 0.9, ByOrg: true, Settle: durationOf(0)}}},
+		{in: "systemone_review {\n monitor 0.9 settle 1h30m alpha 0.1\n}", want: Handler{Monitor: &Monitor{Target: 0.9, Alpha: 0.1, Settle: durationOf(90 * time.Minute)}}},
+		{in: "systemone_review {\n monitor 0.9 by team\n}", err: `monitor by "team": want by org`},
+		{in: "systemone_review {\n monitor 0.9 by\n}", err: "wrong argument count"},
+		{in: "systemone_review {\n monitor 0.9 settle -1s\n}", err: `settle "-1s" is not a duration`},
+		{in: "systemone_review {\n monitor 0.9 settle soon\n}", err: `settle "soon" is not a duration`},
+		{in: "systemone_review {\n monitor 0.9 settle 1s settle 2s\n}", err: "duplicate settle"},
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
@@ -329,10 +353,19 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
 		case tc.err == "" && (!slices.Equal(h.Redis, tc.want.Redis) || h.KeyPrefix != tc.want.KeyPrefix || h.Stream != tc.want.Stream ||
-			(h.Monitor == nil) != (tc.want.Monitor == nil) || h.Monitor != nil && *h.Monitor != *tc.want.Monitor):
+			(h.Monitor == nil) != (tc.want.Monitor == nil) || h.Monitor != nil && !sameMonitor(*h.Monitor, *tc.want.Monitor)):
 			t.Errorf("%q: %+v, want %+v", tc.in, h, tc.want)
 		}
 	}
+}
+
+func durationOf(d time.Duration) *caddy.Duration {
+	c := caddy.Duration(d)
+	return &c
+}
+
+func sameMonitor(a, b Monitor) bool {
+	return a.Target == b.Target && a.Alpha == b.Alpha && a.ByOrg == b.ByOrg && a.settle() == b.settle() && (a.Settle == nil) == (b.Settle == nil)
 }
 
 // An unlabeled=1 page stops scanning after maxScan entries: fewer items

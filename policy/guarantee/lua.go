@@ -2,34 +2,53 @@ package guarantee
 
 import "strconv"
 
-// LuaUpdate defines, in a Redis script, the Lua functions
+// LuaUpdate defines, in a Redis script, the Lua functions of the monitor.
+// A script embeds it before its own code:
 //
-//	guarantee_update(state, agree, target, threshold, max_bet, gain)
 //	guarantee_fresh(target)
+//	guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
+//	guarantee_note(K, entry, due, request_id, question, member, agree)
+//	guarantee_take(K, now, limit, target, alpha, max_bet, gain)
+//	guarantee_reset(K, member, target, token)
 //
-// guarantee_update takes a stored state (false or "" for a group never
-// seen), agree a boolean and the monitor's numbers from LuaArgs (as
-// numbers), and returns the new state string and whether this observation
-// raised the alarm. It is Update step by step; a script embeds it before
-// its own code.
+// guarantee_update is Update step by step: it takes a stored state (false
+// or "" for a group never seen), the entry's agreeing and labelled
+// question counts and the monitor's numbers from LuaArgs (as numbers), and
+// returns the new state string and whether this observation raised the
+// alarm. The other three are Ledger's Note, Take and Reset over the Redis
+// layout (keys.go); K is the table LuaKeys' keys fill, in order: state,
+// alarms, resets, pending, due, obs, taken, seen.
 var LuaUpdate = `
 local function guarantee_fmt(v) return string.format('%.17g', v) end
-local function guarantee_fresh(target)
-  return guarantee_fmt(target) .. ' 0 0 1 0 1 0'
+local function guarantee_encode(t, seq, e, n, k, ev, bet, curv, alarm)
+  return guarantee_fmt(t) .. ' ' .. string.format('%d', seq) .. ' ' .. string.format('%d', e) .. ' ' ..
+    string.format('%d', n) .. ' ' .. string.format('%d', k) .. ' ' .. guarantee_fmt(ev) .. ' ' ..
+    guarantee_fmt(bet) .. ' ' .. guarantee_fmt(curv) .. ' ' .. alarm
 end
-local function guarantee_update(state, agree, target, threshold, max_bet, gain)
-  local t, n, k, ev, bet, curv, alarm = target, 0, 0, 1, 0, 1, '0'
+local function guarantee_fresh(target)
+  return guarantee_encode(target, 1, 0, 0, 0, 1, 0, 1, '0')
+end
+local function guarantee_fields(state)
+  local f = {}
+  for w in string.gmatch(state, '%S+') do f[#f + 1] = w end
+  return tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), tonumber(f[7]), tonumber(f[8]), f[9]
+end
+local function guarantee_next_sequence(seq)
+  if seq + 1 > 1000 then return 1000 end
+  return seq + 1
+end
+local function guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
+  local t, seq, e, n, k, ev, bet, curv, alarm = target, 1, 0, 0, 0, 1, 0, 1, '0'
   if state and state ~= '' then
-    local f = {}
-    for w in string.gmatch(state, '%S+') do f[#f + 1] = w end
-    t, n, k, ev, bet, curv, alarm = tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), f[7]
+    t, seq, e, n, k, ev, bet, curv, alarm = guarantee_fields(state)
   end
   if t ~= target then
-    t, n, k, ev, bet, curv = target, 0, 0, 1, 0, 1
+    t, seq, e, n, k, ev, bet, curv = target, guarantee_next_sequence(seq), 0, 0, 0, 1, 0, 1
   end
-  local x = 0
-  if agree then x = 1; k = k + 1 end
-  n = n + 1
+  e = e + 1
+  n = n + labels
+  k = k + agree
+  local x = agree / labels
   local y = target - x
   local f = 1 + bet * y
   ev = ev * f
@@ -39,19 +58,106 @@ local function guarantee_update(state, agree, target, threshold, max_bet, gain)
   bet = bet + gain * z / curv
   if bet < 0 then bet = 0 elseif bet > max_bet then bet = max_bet end
   local raised = false
-  if alarm == '0' and ev >= threshold then alarm = '1'; raised = true end
-  return guarantee_fmt(t) .. ' ' .. string.format('%d', n) .. ' ' .. string.format('%d', k) .. ' ' ..
-    guarantee_fmt(ev) .. ' ' .. guarantee_fmt(bet) .. ' ' .. guarantee_fmt(curv) .. ' ' .. alarm, raised
+  local level = alpha / (2 ^ seq)
+  if alarm == '0' and ev >= 1 / level then alarm = '1'; raised = true end
+  return guarantee_encode(t, seq, e, n, k, ev, bet, curv, alarm), raised
+end
+local function guarantee_note(K, entry, due, request_id, question, member, agree)
+  if redis.call('SISMEMBER', K[7], entry) == 1 then return end
+  local raw = redis.call('HGET', K[6], entry)
+  local o
+  if raw then o = cjson.decode(raw) else o = {r = request_id, q = {}} end
+  o.q['q' .. question] = {agree, member}
+  redis.call('HSET', K[6], entry, cjson.encode(o))
+  redis.call('ZADD', K[4], 0, entry)
+  redis.call('HSETNX', K[5], entry, due)
+end
+local function guarantee_state(K, member, target)
+  local state = redis.call('HGET', K[1], member)
+  if not state and redis.call('SISMEMBER', K[2], member) == 1 then
+    -- An alarm that outlived its state (restored by a gateway after
+    -- Redis lost its data) stays raised.
+    local _, seq, e, n, k, ev, bet, curv = guarantee_fields(guarantee_fresh(target))
+    state = guarantee_encode(target, seq, e, n, k, ev, bet, curv, '1')
+  end
+  return state
+end
+local function guarantee_take(K, now, limit, target, alpha, max_bet, gain)
+  local entries = redis.call('ZRANGE', K[4], '-', '+', 'BYLEX', 'LIMIT', 0, limit)
+  local taken, out = 0, {}
+  for _, entry in ipairs(entries) do
+    local due = tonumber(redis.call('HGET', K[5], entry))
+    if due and due > now then break end
+    taken = taken + 1
+    local raw = redis.call('HGET', K[6], entry)
+    redis.call('ZREM', K[4], entry)
+    redis.call('HDEL', K[5], entry)
+    redis.call('HDEL', K[6], entry)
+    redis.call('SADD', K[7], entry)
+    if raw then
+      local o = cjson.decode(raw)
+      local counts, members = {}, {}
+      for q, v in pairs(o.q) do
+        local member = v[2]
+        local model = string.match(member, '^[^:]*:(.*)$')
+        local first = true
+        if o.r ~= '' then
+          first = redis.call('SADD', K[8], #model .. ':' .. model .. #o.r .. ':' .. o.r .. string.sub(q, 2)) == 1
+        end
+        if first then
+          if counts[member] == nil then
+            counts[member] = {0, 0}
+            members[#members + 1] = member
+          end
+          counts[member][1] = counts[member][1] + v[1]
+          counts[member][2] = counts[member][2] + 1
+        end
+      end
+      table.sort(members)
+      for _, member in ipairs(members) do
+        local state, raised = guarantee_update(guarantee_state(K, member, target), counts[member][1], counts[member][2], target, alpha, max_bet, gain)
+        redis.call('HSET', K[1], member, state)
+        local r = '0'
+        if raised then
+          redis.call('SADD', K[2], member)
+          r = '1'
+        end
+        out[#out + 1] = member
+        out[#out + 1] = state
+        out[#out + 1] = r
+      end
+    end
+  end
+  table.insert(out, 1, tostring(taken))
+  return out
+end
+local function guarantee_reset(K, member, target, token)
+  local state = guarantee_state(K, member, target)
+  if not state then return false end
+  local _, seq = guarantee_fields(state)
+  local _, _, e, n, k, ev, bet, curv = guarantee_fields(guarantee_fresh(target))
+  state = guarantee_encode(target, guarantee_next_sequence(seq), e, n, k, ev, bet, curv, '0')
+  redis.call('HSET', K[1], member, state)
+  redis.call('SREM', K[2], member)
+  redis.call('HSET', K[3], member, token)
+  return state
 end
 `
 
-// LuaArgs are p's numbers as a script passes them to guarantee_update:
-// target, threshold, max_bet and gain, each written so that Lua's tonumber
-// reads the float64 Go holds.
+// LuaKeys are the keys the Lua functions take as K, in order, for the
+// review stream's base (Base): state, alarms, resets, pending, due, obs,
+// taken, seen.
+func LuaKeys(base string) []string {
+	return []string{base + "guarantee", base + "alarms", base + "resets", base + "pending", base + "due", base + "obs", base + "taken", base + "seen"}
+}
+
+// LuaArgs are p's numbers as a script passes them to guarantee_update and
+// guarantee_take: target, alpha, max_bet and gain, each written so that
+// Lua's tonumber reads the float64 Go holds.
 func LuaArgs(p Params) []string {
 	return []string{
 		strconv.FormatFloat(p.Target, 'g', -1, 64),
-		strconv.FormatFloat(p.Threshold(), 'g', -1, 64),
+		strconv.FormatFloat(p.Alpha, 'g', -1, 64),
 		strconv.FormatFloat(p.maxBet(), 'g', -1, 64),
 		strconv.FormatFloat(onsGain, 'g', -1, 64),
 	}

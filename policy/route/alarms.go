@@ -18,7 +18,9 @@ const (
 	// metrics and alert; routing goes on as the thresholds say.
 	OnAlarmAlert = "alert"
 	// OnAlarmHuman: the questions of a group in alarm route human with
-	// ReasonGuaranteeAlarm, on every instance sharing the Redis.
+	// ReasonGuaranteeAlarm, on every instance sharing the Redis; while an
+	// instance has never read the alarms, every question routes human
+	// with ReasonGuaranteeUnknown.
 	OnAlarmHuman = "human"
 )
 
@@ -26,37 +28,55 @@ const (
 var OnAlarms = []string{OnAlarmAlert, OnAlarmHuman}
 
 // AlarmRefresh is how often a Router with `on_alarm human` reads the set of
-// groups in alarm from Redis (one SMEMBERS, off the request path): an
-// alarm routes human on every instance within this period plus one round
-// trip of the label that raised it, well within the 10 seconds promised.
-// A variable so that tests can shorten it.
+// groups in alarm from Redis (one MULTI of two reads, off the request
+// path): an alarm routes human on every instance within this period plus
+// one take of the review handler (1s) after the observation that raised
+// it, well within the 10 seconds promised. A variable so that tests can
+// shorten it.
 var AlarmRefresh = 2 * time.Second
 
 // alarmTimeout bounds one read of the alarm set.
 const alarmTimeout = time.Second
 
-// AlarmReader is the part of a go-redis client the alarm watch uses.
+// AlarmReader is the part of a go-redis client the alarm watch uses: one
+// transaction to read the alarm set with the reset tokens, and a script
+// to put back an alarm that Redis lost.
 type AlarmReader interface {
-	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
+	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	redis.Scripter
 }
 
+// restoreScript puts a lost alarm back into the alarm set, unless the
+// group was reset meanwhile (its reset token is no longer the one the
+// gateway saw): KEYS alarm set, reset hash; ARGV member, token seen.
+var restoreScript = redis.NewScript(`
+local token = redis.call('HGET', KEYS[2], ARGV[1]) or ''
+if token ~= ARGV[2] then return 0 end
+return redis.call('SADD', KEYS[1], ARGV[1])
+`)
+
 // alarmWatch holds the groups in guarantee alarm as last read from the set
-// the review handler keeps (guarantee.AlarmKey). Decide reads it without
-// a lock or a round trip. A failed read keeps the last set: an alarm is
-// not lifted because Redis could not be asked.
+// the review handler keeps (guarantee.AlarmKey). Decide reads it without a
+// lock or a round trip. It fails safe: until its first read succeeds it
+// reports the alarms unknown, a failed read keeps the last set, and a group
+// that leaves the set without a new reset token (Redis restarted without
+// its data) stays in alarm here and is written back.
 type alarmWatch struct {
-	set    atomic.Pointer[map[guarantee.Group]struct{}]
-	client AlarmReader
-	key    string
-	logger *zap.Logger
-	failed bool // the last read failed; only the loop touches it
+	set          atomic.Pointer[map[guarantee.Group]struct{}]
+	known        atomic.Bool // a read has succeeded
+	client       AlarmReader
+	key, resetKy string
+	logger       *zap.Logger
+	// Only the loop touches these.
+	failed bool
+	tokens map[guarantee.Group]string // the reset token seen with each alarm
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func newAlarmWatch(client AlarmReader, key string, logger *zap.Logger) *alarmWatch {
+func newAlarmWatch(client AlarmReader, key, resetKey string, logger *zap.Logger) *alarmWatch {
 	ctx, stop := context.WithCancel(context.Background())
-	w := &alarmWatch{client: client, key: key, logger: logger, stop: stop}
+	w := &alarmWatch{client: client, key: key, resetKy: resetKey, logger: logger, stop: stop, tokens: map[guarantee.Group]string{}}
 	w.set.Store(&map[guarantee.Group]struct{}{})
 	w.wg.Add(1)
 	go w.loop(ctx)
@@ -77,17 +97,27 @@ func (w *alarmWatch) loop(ctx context.Context) {
 	}
 }
 
-// refresh reads the alarm set once, and logs each group that starts or
-// stops routing human here, and each change between failing and working
-// reads.
+// refresh reads the alarm set and the reset tokens once, and logs each
+// group that starts or stops routing human here, each alarm lost, and each
+// change between failing and working reads.
 func (w *alarmWatch) refresh(ctx context.Context) {
 	read, cancel := context.WithTimeout(ctx, alarmTimeout)
-	members, err := w.client.SMembers(read, w.key).Result()
+	var members *redis.StringSliceCmd
+	var resets *redis.MapStringStringCmd
+	_, err := w.client.TxPipelined(read, func(p redis.Pipeliner) error {
+		members = p.SMembers(read, w.key)
+		resets = p.HGetAll(read, w.resetKy)
+		return nil
+	})
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil && !w.failed {
 			w.failed = true
-			w.logger.Warn("guarantee alarms unreadable; keeping the last known", zap.String("key", w.key), zap.Error(err))
+			if w.known.Load() {
+				w.logger.Warn("guarantee alarms unreadable; keeping the last known", zap.String("key", w.key), zap.Error(err))
+			} else {
+				w.logger.Warn("guarantee alarms unreadable since start; routing every question human (guarantee_unknown)", zap.String("key", w.key), zap.Error(err))
+			}
 		}
 		return
 	}
@@ -95,34 +125,68 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 		w.failed = false
 		w.logger.Info("guarantee alarms readable again", zap.String("key", w.key))
 	}
-	next := make(map[guarantee.Group]struct{}, len(members))
-	for _, m := range members {
+	tokens := resets.Val()
+	next := make(map[guarantee.Group]struct{}, len(members.Val()))
+	for _, m := range members.Val() {
 		if g, ok := guarantee.ParseMember(m); ok {
 			next[g] = struct{}{}
 		}
 	}
 	prev := *w.set.Load()
+	for g := range prev {
+		if _, still := next[g]; still {
+			continue
+		}
+		member := g.Member()
+		if token := tokens[member]; token != "" && token != w.tokens[g] {
+			w.logger.Info("guarantee alarm reset: the group routes by its thresholds again", groupFields(g)...)
+			delete(w.tokens, g)
+			continue
+		}
+		// Gone without a reset: Redis lost it. It stays, and goes back.
+		next[g] = struct{}{}
+		w.logger.Warn("guarantee alarm lost from Redis without a reset; keeping it and writing it back", groupFields(g)...)
+		restore, cancel := context.WithTimeout(ctx, alarmTimeout)
+		if err := restoreScript.Run(restore, w.client, []string{w.key, w.resetKy}, member, w.tokens[g]).Err(); err != nil && ctx.Err() == nil {
+			w.logger.Warn("guarantee alarm could not be written back; keeping it here", append(groupFields(g), zap.Error(err))...)
+		}
+		cancel()
+	}
 	for g := range next {
 		if _, was := prev[g]; !was {
-			w.logger.Warn("guarantee alarm: routing the group human", zap.String("model", g.Model), zap.String("type", g.Type))
-		}
-	}
-	for g := range prev {
-		if _, still := next[g]; !still {
-			w.logger.Info("guarantee alarm reset: the group routes by its thresholds again", zap.String("model", g.Model), zap.String("type", g.Type))
+			w.tokens[g] = tokens[g.Member()]
+			w.logger.Warn("guarantee alarm: routing the group human", groupFields(g)...)
 		}
 	}
 	w.set.Store(&next)
+	w.known.Store(true)
 }
 
-// alarmed reports whether the group is in alarm.
-func (w *alarmWatch) alarmed(model, typ string) bool {
-	_, ok := (*w.set.Load())[guarantee.Group{Model: model, Type: typ}]
+func groupFields(g guarantee.Group) []zap.Field {
+	fields := []zap.Field{zap.String("model", g.Model), zap.String("type", g.Type)}
+	if g.ByOrg {
+		fields = append(fields, zap.String("org", g.Org))
+	}
+	return fields
+}
+
+// alarmed reports whether the question of type typ from org, answered by
+// model, belongs to a group in alarm: its (model, type) group, or under a
+// monitor `by org` its (model, type, org) group.
+func (w *alarmWatch) alarmed(model, typ, org string) bool {
+	set := *w.set.Load()
+	if _, ok := set[guarantee.Group{Model: model, Type: typ}]; ok {
+		return true
+	}
+	_, ok := set[guarantee.Group{Model: model, Type: typ, Org: org, ByOrg: true}]
 	return ok
 }
 
 // any reports whether some group is in alarm.
 func (w *alarmWatch) any() bool { return len(*w.set.Load()) > 0 }
+
+// unknown reports whether no read of the alarms has succeeded yet.
+func (w *alarmWatch) unknown() bool { return !w.known.Load() }
 
 func (w *alarmWatch) close() {
 	w.stop()

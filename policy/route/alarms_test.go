@@ -59,9 +59,8 @@ func TestOnAlarmHuman(t *testing.T) {
 	t.Cleanup(r.Close)
 
 	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
-	if d := decideBody(r, mixed, confident, Signal{}); d.Route != RouteAuto || d.Reason != ReasonConfident {
-		t.Fatalf("before any alarm: %s %s", d.Route, d.Reason)
-	}
+	// Once the alarms are read (none): the thresholds decide.
+	waitRoute(t, r, confident, ReasonConfident)
 	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +104,115 @@ func TestOnAlarmHuman(t *testing.T) {
 		t.Errorf("Redis down: %s, want the last known alarm kept", d.Reason)
 	}
 	srv.Restart()
-	// A restarted Redis without persistence has an empty set: auto again.
+	// A restarted Redis without persistence has an empty set: the alarms
+	// are lost, not reset. They stay here and are written back.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, _ := client.SCard(ctx, key).Result(); n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lost alarms were not written back")
+		}
+	}
+	if d := decideBody(r, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeAlarm {
+		t.Errorf("after a Redis restart without its data: %s, want the alarm kept", d.Reason)
+	}
+	if n := logs.FilterMessage("guarantee alarm lost from Redis without a reset; keeping it and writing it back").Len(); n != 3 {
+		t.Errorf("%d lost-alarm logs, want 3", n)
+	}
+	if n := logs.FilterMessage("guarantee alarm reset: the group routes by its thresholds again").Len(); n != 0 {
+		t.Errorf("a lost alarm logged as a reset")
+	}
+	// A reset (the review handler's: a new token with the removal) ends it.
+	choiceGroup := guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()
+	if _, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SRem(ctx, key, choiceGroup)
+		p.HSet(ctx, guarantee.ResetKey("gw:", "review:s"), choiceGroup, "t1")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	waitRoute(t, r, confident, ReasonConfident)
 	if logs.FilterMessage("guarantee alarms unreadable; keeping the last known").Len() != 1 ||
-		logs.FilterMessage("guarantee alarms readable again").Len() != 1 {
+		logs.FilterMessage("guarantee alarms readable again").Len() != 1 ||
+		logs.FilterMessage("guarantee alarm reset: the group routes by its thresholds again").Len() != 1 {
 		t.Errorf("state change logs: %v", logs.All())
 	}
 	if n := logs.FilterMessage("guarantee alarm: routing the group human").Len(); n != 3 {
 		t.Errorf("%d alarm logs, want one per group (3)", n)
+	}
+}
+
+// Fail safe: an instance that has never read the alarms (Redis away since
+// it started) routes every question human with guarantee_unknown, ahead
+// of the thresholds, until a read succeeds.
+func TestOnAlarmUnknownSinceStart(t *testing.T) {
+	defer func(d time.Duration) { AlarmRefresh = d }(AlarmRefresh)
+	AlarmRefresh = 10 * time.Millisecond
+	srv := redistest.Start(t)
+	srv.Stop()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	cfg := testConfig()
+	cfg.Queue = &Queue{Stream: "review:s"}
+	cfg.OnAlarm = OnAlarmHuman
+	core, logs := observer.New(zap.InfoLevel)
+	r, err := New(cfg, client, "gw:", zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
+	d := decideBody(r, mixed, confident, Signal{})
+	if d.Route != RouteHuman || d.Reason != ReasonGuaranteeUnknown || routes(d) != "yes=human pick=human rate=human" {
+		t.Fatalf("alarms never read: %s %s %s", d.Route, d.Reason, routes(d))
+	}
+	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("guarantee alarms unreadable since start; routing every question human (guarantee_unknown)").Len() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the unreadable alarms were not logged")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	srv.Restart()
+	waitRoute(t, r, confident, ReasonConfident)
+}
+
+// With a monitor by org, an org's group in alarm sends that org's
+// questions of the group human, and no other org's.
+func TestOnAlarmByOrg(t *testing.T) {
+	defer func(d time.Duration) { AlarmRefresh = d }(AlarmRefresh)
+	AlarmRefresh = 10 * time.Millisecond
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	cfg := testConfig()
+	cfg.Queue = &Queue{Stream: "review:s"}
+	cfg.OnAlarm = OnAlarmHuman
+	r, err := New(cfg, client, "gw:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
+	waitRoute(t, r, confident, ReasonConfident)
+	g := guarantee.Group{Model: "service-1.0.0", Type: "noul", Org: "acme", ByOrg: true}
+	if err := client.SAdd(context.Background(), guarantee.AlarmKey("gw:", "review:s"), g.Member()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for decideBody(r, mixed, confident, Signal{Org: "acme"}).Reason != ReasonGuaranteeAlarm {
+		if time.Now().After(deadline) {
+			t.Fatal("the org's alarm was not read")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := decideBody(r, mixed, confident, Signal{Org: "acme"}); routes(d) != "yes=human pick=auto rate=auto" {
+		t.Errorf("acme: %s", routes(d))
+	}
+	for _, org := range []string{"other", ""} {
+		if d := decideBody(r, mixed, confident, Signal{Org: org}); d.Reason != ReasonConfident {
+			t.Errorf("org %q: %s %s", org, d.Reason, routes(d))
+		}
 	}
 }
 

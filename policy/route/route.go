@@ -30,8 +30,9 @@ var Routes = []string{RouteHuman, RouteAuto}
 
 // Reasons of a Decision. When several causes force a human, the reported one
 // is the first of: ReasonUnreadableResponse, ReasonUnpinnedVersion,
-// ReasonGuardrailsUnavailable, ReasonGuardrailsReview, ReasonGuaranteeAlarm,
-// ReasonOrgNoThreshold, ReasonNoThreshold, ReasonLowConfidence. That is, the causes that say
+// ReasonGuardrailsUnavailable, ReasonGuardrailsReview, ReasonGuaranteeUnknown,
+// ReasonGuaranteeAlarm, ReasonOrgNoThreshold, ReasonNoThreshold,
+// ReasonLowConfidence. That is, the causes that say
 // nothing about the answers themselves come first, because they make the
 // confidences moot; an alarm comes before the thresholds, since it says
 // they no longer hold; an org without a line of its own comes before a
@@ -61,6 +62,10 @@ const (
 	// of a question is in guarantee alarm (its auto answers were found to
 	// agree with reviewers less than the target), even with `unpinned auto`.
 	ReasonGuaranteeAlarm = "guarantee_alarm"
+	// ReasonGuaranteeUnknown: with `on_alarm human`, this instance has not
+	// been able to read the alarms since it started (Redis away), so any
+	// group may be in alarm: every question routes human.
+	ReasonGuaranteeUnknown = "guarantee_unknown"
 	// ReasonUnreadableResponse: the body is not a complete answer set for the
 	// request's questions (not JSON, over the buffering bound, an answer
 	// missing or of the wrong type, a confidence outside 0..1, no model).
@@ -156,7 +161,7 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, 
 		if client == nil {
 			return nil, errors.New("on_alarm human needs the systemone block's redis (where the review handler keeps its alarms)")
 		}
-		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), logger)
+		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), logger)
 	}
 	return r, nil
 }
@@ -169,7 +174,9 @@ type Signal struct {
 	// request was let through (`on_error allow`).
 	GuardrailsUnchecked bool
 	// Org is the organization the identity step found for the request:
-	// its lines of a pin's `org` block apply. "" has no lines of its own.
+	// its lines of a pin's `org` block apply, and with a monitor `by org`
+	// its own groups in alarm route its questions human. "" has no lines
+	// of its own.
 	Org string
 }
 
@@ -263,11 +270,18 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 			low = true
 		}
 	}
-	alarmed := false
-	if r.alarms != nil && d.Model != "" && r.alarms.any() {
+	alarmed, unknown := false, false
+	switch {
+	case r.alarms != nil && r.alarms.unknown():
+		// Fail safe: the alarms could not be read since start.
+		for i := range d.Questions {
+			d.Questions[i].Route = RouteHuman
+		}
+		unknown = true
+	case r.alarms != nil && d.Model != "" && r.alarms.any():
 		for i := range d.Questions {
 			q := &d.Questions[i]
-			if r.alarms.alarmed(d.Model, q.Type) {
+			if r.alarms.alarmed(d.Model, q.Type, signal.Org) {
 				q.Route, alarmed = RouteHuman, true
 			}
 		}
@@ -289,6 +303,8 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 		d.Reason = ReasonGuardrailsUnavailable
 	case signal.GuardrailsReview:
 		d.Reason = ReasonGuardrailsReview
+	case unknown:
+		d.Reason = ReasonGuaranteeUnknown
 	case alarmed:
 		d.Reason = ReasonGuaranteeAlarm
 	case p == nil:

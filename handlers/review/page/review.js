@@ -206,9 +206,14 @@
 	// renderKind says whether the item's labels count for calibration.
 	function renderKind(item) {
 		ui.kind.dataset.kind = item.audit ? 'audit' : 'routine';
-		ui.kind.textContent = item.audit
-			? 'Counts for calibration: this entry was drawn by the audit, a uniform sample of all answers. Its labels decide the thresholds.'
-			: 'Routine human review: this answer was routed to a person. Label it for the client; it does not count for calibration.';
+		const active = item.audit_p !== undefined && item.audit_p !== null;
+		ui.kind.textContent = !item.audit ? ''
+			: active
+				? 'Counts for calibration: this entry was drawn by the active audit, with probability ' + item.audit_p +
+				  ' (less confident answers are drawn more often); calibrate weighs it by that chance. Its labels decide the thresholds.'
+				: 'Counts for calibration: this entry was drawn by the audit, a uniform sample of all answers. Its labels decide the thresholds.';
+		if (item.audit) return;
+		ui.kind.textContent = 'Routine human review: this answer was routed to a person. Label it for the client; it does not count for calibration.';
 	}
 
 	function renderMeta(item) {
@@ -400,7 +405,12 @@
 			if (seq !== progressSeq) return; // a newer target asked meanwhile
 			const rows = body.groups.map((g) => {
 				const passed = g.threshold !== null && g.threshold !== undefined;
-				const needed = g.labels_needed === undefined ? '–' : String(g.labels_needed);
+				let needed = g.labels_needed === undefined ? '–' : String(g.labels_needed);
+				// The floor, and beside it the estimate at the agreement
+				// seen so far, when the gateway reports one.
+				if (g.labels_expected !== undefined && g.labels_expected !== null && !passed) {
+					needed += ' (about ' + g.labels_expected + ' expected)';
+				}
 				return el('tr', { className: passed ? 'passed' : '', dataset: { model: g.model, type: g.type, question: g.question } },
 					el('td', null, g.model), el('td', null, g.type), el('td', null, g.question || '(all)'),
 					el('td', null, String(g.labels)),
@@ -473,12 +483,23 @@
 		if (handled) e.preventDefault();
 	}
 
-	ui.reviewer.value = storedReviewer();
+	// The signed-in user (basic_auth) is the reviewer: the API records the
+	// labels under that name whatever the page sends.
+	const signedIn = document.querySelector('meta[name="systemone-user"]');
+	if (signedIn && signedIn.content) {
+		ui.reviewer.value = signedIn.content;
+		ui.reviewer.readOnly = true;
+		ui.reviewer.title = 'Signed in as ' + signedIn.content;
+	} else {
+		ui.reviewer.value = storedReviewer();
+	}
+	let storedTarget = null;
 	try {
-		ui.target.value = localStorage.getItem(targetKey) || ui.target.value;
+		storedTarget = localStorage.getItem(targetKey);
 	} catch (e) {
 		// storage off: the default target
 	}
+	if (storedTarget) ui.target.value = storedTarget;
 	ui.target.addEventListener('change', () => {
 		try { localStorage.setItem(targetKey, ui.target.value.trim()); } catch (e) { /* storage off */ }
 		loadProgress();
@@ -489,5 +510,17 @@
 	ui.skip.addEventListener('click', skip);
 	document.addEventListener('keydown', onKey);
 	load(true);
-	loadProgress();
+	// Without a target of the reviewer's own, the monitor's target: the one
+	// the thresholds are watched at (else the page's default).
+	(async () => {
+		if (!storedTarget) {
+			try {
+				const g = await getJSON('guarantee');
+				if (g && typeof g.target === 'number') ui.target.value = String(g.target);
+			} catch (e) {
+				// no monitor: the page's default
+			}
+		}
+		loadProgress();
+	})();
 })();
