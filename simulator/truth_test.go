@@ -188,7 +188,7 @@ func TestDocConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)```\n(:9080 .*?)```").FindSubmatch(doc)
+	m := regexp.MustCompile("(?s)```caddyfile\n(:9080 .*?)```").FindSubmatch(doc)
 	if m == nil {
 		t.Fatal("no Caddyfile in docs/simulator.md")
 	}

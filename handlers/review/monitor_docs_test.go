@@ -56,7 +56,7 @@ func TestMonitorDocs(t *testing.T) {
 	port := gatewaytest.FreePort(t)
 	config := strings.Replace(configs[0], ":8080 {", fmt.Sprintf(":%d {", port), 1)
 	config = strings.Replace(config, "localhost:9080", sim.Addr(), 1)
-	for _, want := range []string{"monitor    0.95 alpha 0.05", "on_alarm human", "{env.REDIS_URL}"} {
+	for _, want := range []string{"monitor 0.95 alpha 0.05", "on_alarm human", "{env.REDIS_URL}"} {
 		if !strings.Contains(config, want) {
 			t.Errorf("the example lacks %q", want)
 		}
