@@ -375,7 +375,7 @@ func checkLine(what string, threshold *float64, cert string) error {
 	// strings (by verify, by an auditor matching a header to the
 	// certificates file).
 	if !certificate.ValidID(cert) {
-		return fmt.Errorf("%s cert %q: a certificate id is 16 lowercase hex digits", what, cert)
+		return fmt.Errorf("%s cert %q: a certificate id is %d lowercase hex digits", what, cert, certificate.IDLen)
 	}
 	return nil
 }
