@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/policy/route/calibrate/certificate"
 )
 
 // Config is the `route` block: confidence thresholds pinned to concrete model
@@ -370,31 +371,13 @@ func checkLine(what string, threshold *float64, cert string) error {
 	if threshold == nil {
 		return fmt.Errorf("%s cert %q without a threshold", what, cert)
 	}
-	if !isCertificateID(cert) {
-		return fmt.Errorf("%s cert %q: a certificate id is 16 lowercase hex digits", what, cert)
+	// One spelling, the one calibrate writes: ids are compared as
+	// strings (by verify, by an auditor matching a header to the
+	// certificates file).
+	if !certificate.ValidID(cert) {
+		return fmt.Errorf("%s cert %q: a certificate id is %d lowercase hex digits", what, cert, certificate.IDLen)
 	}
 	return nil
-}
-
-// certificateIDLen is the length of a certificate id: the first 16 hex
-// digits of the SHA-256 of the certificate, as `calibrate --certificates`
-// writes it.
-const certificateIDLen = 16
-
-// isCertificateID reports whether s is a certificate id: exactly 16
-// lowercase hex digits. Ids are compared as strings (by `verify`, by an
-// auditor matching a header to the certificates file), so the one
-// spelling calibrate writes is the only one accepted.
-func isCertificateID(s string) bool {
-	if len(s) != certificateIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // replaced returns c with placeholders such as {env.NAME} resolved in its
