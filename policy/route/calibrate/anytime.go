@@ -250,7 +250,12 @@ func (w *walker) observe(lines []obsLine, draw Draw, replay bool) {
 }
 
 // start sets the starting points from the burn-in's top confidences.
-func (w *walker) start() {
+func (w *walker) start() { w.startWith(0, 0) }
+
+// startWith sets the starting points from the burn-in's top confidences
+// and extra more entries at confidence top (labels_needed's, without
+// holding them one by one).
+func (w *walker) startWith(extra int, top float64) {
 	tops := slices.Clone(w.tops)
 	slices.SortFunc(tops, func(a, b float64) int {
 		switch {
@@ -261,8 +266,22 @@ func (w *walker) start() {
 		}
 		return 0
 	})
-	w.startA = gridIndex(tops[(len(tops)+4)/5-1])
-	w.startS = gridIndex(tops[(len(tops)+1)/2-1])
+	n := len(tops) + extra
+	rank := func(r int) float64 { // the r-th highest, from 1
+		above := 0 // tops strictly above top come first, then the extra ones
+		for above < len(tops) && tops[above] > top {
+			above++
+		}
+		switch {
+		case extra == 0 || r <= above:
+			return tops[r-1]
+		case r <= above+extra:
+			return top
+		}
+		return tops[r-1-extra]
+	}
+	w.startA = gridIndex(rank((n + 4) / 5))
+	w.startS = gridIndex(rank((n + 1) / 2))
 	w.procs = make([]eprocess, w.startA+1)
 	for k := range w.procs {
 		w.procs[k] = newEprocess(w.target)
@@ -343,9 +362,9 @@ func (w *walker) needed(top float64) int {
 	}
 	c := w.clone()
 	m := 0
-	for !c.started {
-		c.observe([]obsLine{{top, true}}, c.last, false)
-		m++
+	if !c.started {
+		m = c.burn - len(c.tops)
+		c.startWith(m, top)
 	}
 	if c.hasThreshold() {
 		return m
@@ -380,7 +399,14 @@ func (w *walker) stepsToReject(k int, top, level float64) int {
 		e.count += float64(skip)
 		steps += skip
 	}
+	limit := betCap / w.target
 	for !e.rejected(level) {
+		if e.bet(w.target) >= limit {
+			// At its cap the bet stays there (the mean only rises): the
+			// wealth grows by the same factor each step, counted at once.
+			need := (-math.Log(level) - e.logWealth) / math.Log1p(limit*y)
+			return steps + max(1, int(math.Ceil(need-1e-9)))
+		}
 		e.observe(y, s, w.target)
 		steps++
 	}
@@ -531,7 +557,7 @@ func (g groupView) walkAnytime(target, delta float64, weighted bool) Group {
 	out.Start = gridValue(w.startA)
 	out.Agree, out.N, out.Entries = e.agree, e.n, e.entries
 	out.Level = levels[k]
-	out.Evidence = math.Exp(min(e.logMax, math.Log(math.MaxFloat64)))
+	out.Evidence = math.Exp(min(e.logMax, 709)) // e^709 is near the largest float64
 	out.LowerBound, out.HasLowerBound = g.lowerBound(spans, w, k, levels[k], lowest >= 0), true
 	if lowest >= 0 {
 		out.Threshold, out.HasThreshold = gridValue(k), true
