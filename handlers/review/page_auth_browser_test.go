@@ -30,10 +30,10 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 		name := map[bool]string{true: "credentials in the URL", false: "credentials sent by the browser"}[inURL]
 		t.Run(name, func(t *testing.T) {
 			s := newStack(t, stackOptions{basicAuth: [2]string{"ann", string(hash)}, monitor: "0.88"})
-			routine1 := s.addEntry(t, false)
-			audited1 := s.addEntry(t, true)
+			routine1 := s.addEntry(t, false, "request_id", "r-routine-1")
+			audited1 := s.addEntry(t, true, "request_id", "r-audited-1")
 			routine2 := s.addEntry(t, false)
-			audited2 := s.addEntry(t, true)
+			audited2 := s.addEntry(t, true, "request_id", "r-audited-2")
 
 			// Without credentials, basic_auth answers, not the API.
 			if resp, _ := s.call(t, http.MethodGet, "/review/items", ""); resp.StatusCode != http.StatusUnauthorized {

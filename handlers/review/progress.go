@@ -6,29 +6,32 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/systemone/systemone-gateway/policy/route/calibrate"
 )
 
-// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>&method=<uniform|weighted>
+// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>&method=<anytime|uniform|weighted>
 // with exactly what `systemone-gateway calibrate --json` prints for the
-// labels stored now: the same package computes it (calibrate.Calibrate)
-// and writes it (calibrate.WriteJSON), from the same lines GET /labels
-// exports, read the same way in the same bounded batches. The defaults are
-// the command's (calibrate.DefaultOptions: delta 0.05, by type, min_labels
-// 30); target is required. A missing or bad parameter is a 422 list.
-// Without method, labels the default (uniform) method refuses, those of
-// the active audit, are calibrated with the weighted method, so that the
-// page shows progress under either audit; labels neither method can read
-// (a mix with and without audit_p) are a 422 that says why.
+// labels stored now: the same package computes it (calibrate.Sample) and
+// writes it (calibrate.WriteJSON), from the same lines GET /labels
+// exports, read the same way in the same bounded batches into compact
+// records. The defaults are the command's (calibrate.DefaultOptions:
+// delta 0.05, by type, min_labels 30, method anytime, which holds however
+// often the page asks); target is required. A missing or bad parameter
+// (a target or delta outside (0, 1) included) is a 422 list. Without
+// method, labels the default method refuses, those of the active audit,
+// are calibrated with the weighted method, so that the page shows progress
+// under either audit; labels no method can read (a mix with and without
+// audit_p) are a 422 that says why.
 func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 	opts, errs := progressOptions(r.URL.Query())
 	if errs.any() {
 		errs.write(w)
 		return
 	}
-	var lines []calibrate.Line
+	sample := calibrate.NewSample()
 	var buf bytes.Buffer
 	err := h.store.export(r.Context(), exportBatch, func(records []string) error {
 		buf.Reset()
@@ -36,25 +39,20 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 			buf.WriteString(rec)
 			buf.WriteByte('\n')
 		}
-		batch, err := calibrate.ReadLines(&buf)
-		if err != nil {
-			return err
-		}
-		lines = append(lines, batch...)
-		return nil
+		return sample.AddFrom(&buf)
 	})
 	if err != nil {
 		h.storeFailed(w, "progress", err)
 		return
 	}
-	res, err := calibrate.Calibrate(lines, opts)
+	res, err := sample.Calibrate(opts)
 	if err != nil && !r.URL.Query().Has("method") {
 		// The labels of the active audit (or of audits drawn with
 		// different shares) are refused by the default method, which
 		// assumes a uniform draw. The page asks with no method: it gets
 		// the weighted method's answer, the one method valid for them.
 		opts.Method = calibrate.MethodWeighted
-		res, err = calibrate.Calibrate(lines, opts)
+		res, err = sample.Calibrate(opts)
 	}
 	if err != nil { // the options were checked above: the labels can't be calibrated
 		writeDetail(w, http.StatusUnprocessableEntity, err.Error())
@@ -110,8 +108,8 @@ func progressOptions(query url.Values) (calibrate.Options, errorList) {
 		opts.MinLabels = n
 	}
 	if v, ok := query["method"]; ok {
-		if v[0] != calibrate.MethodUniform && v[0] != calibrate.MethodWeighted {
-			expected := literals([]string{calibrate.MethodUniform, calibrate.MethodWeighted})
+		if !slices.Contains(calibrate.Methods, v[0]) {
+			expected := literals(calibrate.Methods)
 			errs.add("literal_error", loc("query", "method"), "Input should be "+expected, jsonString(v[0]), map[string]any{"expected": expected})
 		} else {
 			opts.Method = v[0]

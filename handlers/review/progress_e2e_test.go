@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -45,7 +46,7 @@ func (s *stack) labelAudited(t *testing.T, question, typ string, n, agree int, c
 		if i >= agree {
 			label = map[string]string{"noul": "false", "score": "0"}[typ]
 		}
-		id := s.addEntry(t, audit, "questions", fmt.Sprintf(`[{"id":%q,"type":%q,"route":"auto","confidence":%v,"answer":%s}]`, question, typ, confidence, answer))
+		id := s.addEntry(t, audit, "request_id", fmt.Sprintf("r-%s-%d", question, i), "questions", fmt.Sprintf(`[{"id":%q,"type":%q,"route":"auto","confidence":%v,"answer":%s}]`, question, typ, confidence, answer))
 		if resp, body := s.call(t, http.MethodPut, "/review/items/"+id+"/labels", fmt.Sprintf(`{"labels":{%q:%s},"reviewer":"ann"}`, question, label)); resp.StatusCode != 204 {
 			t.Fatalf("PUT: %d %s", resp.StatusCode, body)
 		}
@@ -77,7 +78,7 @@ func TestReviewProgress(t *testing.T) {
 		t.Errorf("no labels: %d %q, want %q", resp.StatusCode, body, want.String())
 	}
 
-	s.labelAudited(t, "q1", "noul", 40, 40, 0.9, true) // enough to pass 0.9
+	s.labelAudited(t, "q1", "noul", 45, 45, 0.9, true) // enough to pass 0.9
 	s.labelAudited(t, "q2", "score", 5, 3, 0.7, true)  // too few
 	s.labelAudited(t, "q3", "noul", 3, 3, 0.95, false) // not audited: ignored
 	for _, tc := range []struct{ query, args string }{
@@ -85,6 +86,9 @@ func TestReviewProgress(t *testing.T) {
 		{"target=0.9&delta=0.1", "--target 0.9 --delta 0.1"},
 		{"target=0.8&by=question&min_labels=30", "--target 0.8 --by question --min-labels 30"},
 		{"target=0.99&delta=0.2&by=type&min_labels=99999999999999999999", "--target 0.99 --delta 0.2"},
+		{"target=0.9&delta=1e-300", "--target 0.9 --delta 1e-300"},
+		{"target=0.9&method=uniform", "--target 0.9 --method uniform"},
+		{"target=0.9&method=anytime", "--target 0.9"},
 	} {
 		want := calibrateJSON(t, append(strings.Fields(tc.args), "--json", labels)...)
 		resp, body := s.call(t, http.MethodGet, "/review/progress?"+tc.query, "")
@@ -94,8 +98,8 @@ func TestReviewProgress(t *testing.T) {
 		if string(body) != want {
 			t.Errorf("%s:\n%s\nwant what calibrate %s --json prints:\n%s", tc.query, body, tc.args, want)
 		}
-		if !strings.Contains(want, `"threshold": 0.9`) && tc.query == "target=0.9" {
-			t.Errorf("the noul group has no threshold: the test's labels do not exercise one:\n%s", want)
+		if tc.query == "target=0.9" && (!regexp.MustCompile(`"threshold": [0-9]`).MatchString(want) || !regexp.MustCompile(`"labels_expected": [0-9]`).MatchString(want)) {
+			t.Errorf("the noul group has no threshold, or no group labels_expected: the test's labels do not exercise them:\n%s", want)
 		}
 	}
 
@@ -107,6 +111,9 @@ func TestReviewProgress(t *testing.T) {
 		"target=0":                  "greater_than",
 		"target=1":                  "less_than",
 		"target=0.9&delta=1.5":      "less_than",
+		"target=0.9&delta=1":        "less_than",
+		"target=0.9&delta=0":        "greater_than",
+		"target=1e-400":             "greater_than",
 		"target=0.9&by=model":       "literal_error",
 		"target=0.9&min_labels=0":   "greater_than_equal",
 		"target=0.9&min_labels=1.5": "int_parsing",

@@ -1,22 +1,24 @@
 // Package calibrate computes the route policy's confidence thresholds from
 // labelled answers (the review API's `/labels`), with a stated guarantee:
-// with probability at least 1 - Delta over the audit sample, the agreement
-// of answers at or above a chosen threshold is at least Target.
+// the chance that a threshold it reports has agreement below Target, for
+// the answers at or above it, is at most Delta.
 //
-// The method is the contract's, exactly. Only audited lines count (a uniform
-// sample of routed answers; the others are reported as ignored). Lines are
-// grouped by model version and question type, and with ByQuestion a question
-// id with at least MinLabels audited lines forms its own group. In a group
-// the candidate thresholds are the distinct confidences, highest first. For
-// a candidate t, n is the number of lines with confidence >= t, k the number
-// of those that agree, and LB the one-sided Clopper-Pearson lower bound on
-// the agreement at confidence 1 - Delta. The walk starts at the highest
-// candidate with n >= MinLines(Target, Delta), the fewest lines at which
-// full agreement can pass (a choice made from confidences only, never from
-// labels), and walks down while LB >= Target, stopping at the first
-// candidate that fails (fixed-sequence testing: every test spends the whole
-// Delta because the order is fixed before any label is looked at). The
-// threshold is the last candidate that passed.
+// Three methods (Options.Method), each on the same evidence: only audited
+// lines count, duplicates (the same model, request_id and question) count
+// once, and lines are grouped by model version and question type (with
+// ByQuestion, a question id with at least MinLabels audited lines forms its
+// own group).
+//
+//   - MethodAnytime, the default (anytime.go): valid however often anyone
+//     looks; each entry is one observation, taken in entry order; a betting
+//     e-process per candidate of a grid fixed in advance, tested in a fixed
+//     sequence with a fallback start.
+//   - MethodWeighted (weighted.go): the same, with importance weights for
+//     the lines of the active audit.
+//   - MethodUniform (this file): the contract's one-look method, each
+//     labelled question one observation, Clopper-Pearson bounds walked in a
+//     fixed sequence: valid for one look at a number of labels fixed in
+//     advance.
 //
 // The package also reads `/labels` (a file, standard input or the URL of
 // the review API), writes the result as a table, as JSON or as a Caddyfile
@@ -78,6 +80,20 @@ type Line struct {
 	// Draw is how the audit drew the line (`audit_p`, `audit_floor`,
 	// `audit_from`); the zero value when the line says nothing of it.
 	Draw Draw
+	// Entry is the line's `entry`, the review stream's id of its entry:
+	// the order of the evidence, and what makes the entry's questions one
+	// observation. A line without one is its own entry, ordered before
+	// those with one, in the order given.
+	Entry EntryID
+	// RequestID is the line's `request_id`; with Model and Question it
+	// tells a copy of the line (see Sample). "" when absent.
+	RequestID string
+	// Replay is true for a line written by `replay` (`route` "replay").
+	Replay bool
+	// Labelled is when the label was stored (`ts`), in nanoseconds since
+	// the epoch; 0 when unknown. Of two lines of one entry and question,
+	// the one labelled later is the correction, and is kept.
+	Labelled int64
 }
 
 // Options are the calibration's parameters. DefaultOptions gives the
@@ -96,15 +112,30 @@ type Options struct {
 	// ByQuestion, for a group of its own; at least 1, the command's default
 	// is 30. It is not read with ByType.
 	MinLabels int
-	// Method is MethodUniform (also ""), the contract's method, or
-	// MethodWeighted, for lines of the active audit (weighted.go).
+	// Method is MethodAnytime (also "", the default), MethodWeighted for
+	// lines of the active audit, or MethodUniform, valid for one look.
 	Method string
+	// Expect asks for labels_expected, a simulation of each group without
+	// a threshold (a few dozen resampled futures, each up to thousands of
+	// entries): true in DefaultOptions; without it LabelsExpected is
+	// reported only as 0 for a group with a threshold.
+	Expect bool
 }
 
 // DefaultOptions returns the command's defaults: Delta 0.05, By "type",
-// MinLabels 30, and no Target.
+// MinLabels 30, Method "anytime", Expect, and no Target.
 func DefaultOptions() Options {
-	return Options{Delta: DefaultDelta, By: ByType, MinLabels: DefaultMinLabels}
+	return Options{Delta: DefaultDelta, By: ByType, MinLabels: DefaultMinLabels, Method: MethodAnytime, Expect: true}
+}
+
+// Methods lists the values of Options.Method, the default first.
+var Methods = []string{MethodAnytime, MethodUniform, MethodWeighted}
+
+func (o Options) method() string {
+	if o.Method == "" {
+		return MethodAnytime
+	}
+	return o.Method
 }
 
 // Validate checks that Target and Delta are in (0, 1), By is a grouping
@@ -123,19 +154,24 @@ func (o Options) Validate() error {
 	if o.MinLabels < 1 {
 		errs = append(errs, fmt.Errorf("--min-labels %d is less than 1", o.MinLabels))
 	}
-	if o.Method != "" && o.Method != MethodUniform && o.Method != MethodWeighted {
-		errs = append(errs, fmt.Errorf("--method %q is not %q or %q", o.Method, MethodUniform, MethodWeighted))
+	if o.Method != "" && !slices.Contains(Methods, o.Method) {
+		errs = append(errs, fmt.Errorf("--method %q is not %q, %q or %q", o.Method, MethodAnytime, MethodUniform, MethodWeighted))
 	}
 	return errors.Join(errs...)
 }
 
 // Result is a calibration's outcome.
 type Result struct {
-	// Target and Delta are the options the thresholds were computed with.
+	// Target and Delta are the options the thresholds were computed with;
+	// Method the method (never "").
 	Target, Delta float64
+	Method        string
 	// Ignored counts the lines without `audit`: they are not a uniform
 	// sample of the traffic, so they cannot support a guarantee.
 	Ignored int
+	// Duplicates counts the lines that repeat another (same model,
+	// request_id and question) and were counted once.
+	Duplicates int
 	// Groups are ordered by model, then type (noul, choice, score), then
 	// question with the type group ("") first.
 	Groups []Group
@@ -157,18 +193,38 @@ type Group struct {
 	// no_threshold).
 	Threshold    float64
 	HasThreshold bool
-	// Agree (k), N and LowerBound describe the threshold; without one, the
-	// first candidate tested, or all zero when no candidate had enough lines.
-	Agree, N   int
-	LowerBound float64
-	// Coverage is N / Labels at the threshold: the share of the group's
-	// traffic that routes auto. 0 without a threshold.
+	// Agree (k) and N count the questions at or above the threshold, and
+	// Entries their entries; without a threshold they describe the first
+	// candidate tested, or are all zero when none was.
+	Agree, N, Entries int
+	// LowerBound is the method's lower confidence bound on the agreement
+	// there (Clopper-Pearson for MethodUniform, the betting bound at the
+	// level the candidate was tested at for the others); HasLowerBound is
+	// false when the method has none (no candidate tested).
+	LowerBound    float64
+	HasLowerBound bool
+	// Evidence is the method's statistic at the threshold (or the first
+	// candidate tested): the largest value its e-process reached under
+	// MethodAnytime and MethodWeighted, LowerBound under MethodUniform; and
+	// Level the risk that candidate was tested at (Delta, or a share of it).
+	Evidence, Level float64
+	// Coverage is the share of the group's traffic at or above the
+	// threshold: the share of its labelled questions (weighted by
+	// 1/audit_p under MethodWeighted). 0 without a threshold.
 	Coverage float64
 
 	// LabelsNeeded is the contract's `labels_needed`: 0 with a threshold;
-	// without one, the fewest more audited lines, all agreeing and all at
-	// Top, that would give the group a threshold under the same walk.
+	// without one, the fewest more audited entries, each one agreeing
+	// question at Top, that would give the group a threshold under the
+	// same method.
 	LabelsNeeded int
+	// LabelsExpected is `labels_expected`: 0 with a threshold; without
+	// one, the median number of more audited entries a threshold would
+	// take if the group's entries went on as they have so far (resampled
+	// from them). HasLabelsExpected is false with no labels, or when at
+	// that agreement no threshold comes within the simulated horizon.
+	LabelsExpected    int
+	HasLabelsExpected bool
 	// Why says why a group has no threshold: WhyTooFew or WhyBelowTarget;
 	// "" when it has one.
 	Why string
@@ -181,26 +237,41 @@ type Group struct {
 	// Scored counts the group's lines with a confidence, ScoredAgree those
 	// that agree: the agreement seen so far, whatever the walk tested.
 	Scored, ScoredAgree int
+	// Needs is how many entries the method needs before it tests anything
+	// (MinLines for MethodUniform; the burn-in plus the entries full
+	// agreement takes, for the others), for the message under the table.
+	Needs int
 }
 
 // Calibrate computes a threshold for each group of lines. It fails only on
-// invalid options.
+// invalid options, or lines the method cannot read validly.
 func Calibrate(lines []Line, opts Options) (Result, error) {
+	s := NewSample()
+	for _, l := range lines {
+		s.Add(l)
+	}
+	return s.Calibrate(opts)
+}
+
+// Calibrate computes a threshold for each group of the sample's lines, as
+// the package function does. It reorders the sample's records.
+func (s *Sample) Calibrate(opts Options) (Result, error) {
 	if err := opts.Validate(); err != nil {
 		return Result{}, err
 	}
-	res := Result{Target: opts.Target, Delta: opts.Delta}
+	method := opts.method()
+	s.dedupe()
+	res := Result{Target: opts.Target, Delta: opts.Delta, Method: method, Duplicates: s.duplicates}
 
-	type key struct{ model, typ, question string }
-	audited := make([]Line, 0, len(lines))
-	for _, l := range lines {
-		if !l.Audit {
+	drawCounts := make([]int, len(s.draws)) // audited lines per draw
+	for i := range s.records {
+		if r := &s.records[i]; r.is(audited) {
+			drawCounts[r.draw]++
+		} else {
 			res.Ignored++
-			continue
 		}
-		audited = append(audited, l)
 	}
-	if err := checkDraws(audited, opts.Method); err != nil {
+	if err := checkDraws(s.draws, drawCounts, method); err != nil {
 		return Result{}, err
 	}
 
@@ -209,62 +280,103 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 	// to the id whatever the question's type, so an id asked as two types
 	// cannot get a threshold of its own without imposing it on the other
 	// type's answers, which the threshold was not computed from.
+	type key struct{ model, typ, question string }
+	count := make([]int, len(s.names))
+	for i := range s.records {
+		if r := &s.records[i]; r.is(audited) {
+			count[r.name]++
+		}
+	}
 	own := map[key]bool{}
 	if opts.By == ByQuestion {
-		count := map[key]int{}
 		types := map[key][]string{} // (model, "", question) -> types
-		for _, l := range audited {
-			count[key{l.Model, l.Type, l.Question}]++
-			k := key{l.Model, "", l.Question}
-			if !slices.Contains(types[k], l.Type) {
-				types[k] = append(types[k], l.Type)
+		for i, n := range s.names {
+			if count[i] == 0 {
+				continue
+			}
+			k := key{n.model, "", n.question}
+			if !slices.Contains(types[k], n.typ) {
+				types[k] = append(types[k], n.typ)
 			}
 		}
-		for k, n := range count {
-			if n < opts.MinLabels || k.question == "" {
+		for i, n := range s.names {
+			if count[i] < opts.MinLabels || n.question == "" {
 				continue // an empty id is the type group's key: stays there
 			}
-			if ts := types[key{k.model, "", k.question}]; len(ts) > 1 {
+			if ts := types[key{n.model, "", n.question}]; len(ts) > 1 {
 				slices.SortFunc(ts, compareTypes)
 				res.Notes = append(res.Notes, fmt.Sprintf(
 					"question %s of %s is asked as %s: kept in its type groups, since a pin's question threshold applies to every type",
-					quoteNote(k.question), quoteNote(k.model), strings.Join(ts, " and ")))
+					quoteNote(n.question), quoteNote(n.model), strings.Join(ts, " and ")))
 				continue
 			}
-			own[k] = true
+			own[key{n.model, n.typ, n.question}] = true
 		}
 		slices.Sort(res.Notes)
 		res.Notes = slices.Compact(res.Notes)
 	}
 
-	members := map[key]*tally{}
-	group := func(k key) *tally {
-		m := members[k]
-		if m == nil {
-			m = new(tally)
-			members[k] = m
+	// Each name's group; the type group exists even when every question
+	// of the type has a group of its own: empty, it says what a new
+	// question id gets.
+	var keys []key
+	groupOf := make([]int, len(s.names))
+	index := map[key]int{}
+	groupIndex := func(k key) int {
+		g, ok := index[k]
+		if !ok {
+			g = len(keys)
+			keys = append(keys, k)
+			index[k] = g
 		}
-		return m
+		return g
 	}
-	for _, l := range audited {
-		// The type group exists even when every question of the type has a
-		// group of its own: empty, it says what a new question id gets.
-		m := group(key{l.Model, l.Type, ""})
-		if len(own) > 0 && own[key{l.Model, l.Type, l.Question}] {
-			m = group(key{l.Model, l.Type, l.Question})
+	for i, n := range s.names {
+		if count[i] == 0 {
+			groupOf[i] = -1
+			continue
 		}
-		m.add(l)
+		tg := groupIndex(key{n.model, n.typ, ""})
+		groupOf[i] = tg
+		if own[key{n.model, n.typ, n.question}] {
+			groupOf[i] = groupIndex(key{n.model, n.typ, n.question})
+		}
 	}
-
-	nmin := MinLines(opts.Target, opts.Delta)
-	for k, m := range members {
-		walk := m.walk
-		if opts.Method == MethodWeighted {
-			walk = m.walkWeighted
+	// Audited records by group, then entry order; the others last.
+	groupOfRecord := func(r *record) int {
+		if !r.is(audited) {
+			return len(keys)
 		}
-		g := walk(opts.Target, opts.Delta, nmin)
-		g.Model, g.Type, g.Question = k.model, k.typ, k.question
-		res.Groups = append(res.Groups, g)
+		return groupOf[r.name]
+	}
+	slices.SortFunc(s.records, func(a, b record) int {
+		return cmp.Or(cmp.Compare(groupOfRecord(&a), groupOfRecord(&b)),
+			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq), cmp.Compare(a.index, b.index))
+	})
+	ranges := make([]span, len(keys)) // a group with no records (an empty type group) keeps {0, 0}
+	for lo := 0; lo < len(s.records); {
+		g := groupOfRecord(&s.records[lo])
+		if g == len(keys) {
+			break
+		}
+		hi := lo
+		for hi < len(s.records) && groupOfRecord(&s.records[hi]) == g {
+			hi++
+		}
+		ranges[g] = span{lo, hi}
+		lo = hi
+	}
+	for g, k := range keys {
+		gv := groupView{sample: s, records: s.records[ranges[g].lo:ranges[g].hi], seed: groupSeed(k.model, k.typ, k.question), expect: opts.Expect}
+		var out Group
+		switch method {
+		case MethodUniform:
+			out = gv.walkUniform(opts.Target, opts.Delta)
+		default:
+			out = gv.walkAnytime(opts.Target, opts.Delta, method == MethodWeighted)
+		}
+		out.Model, out.Type, out.Question = k.model, k.typ, k.question
+		res.Groups = append(res.Groups, out)
 	}
 	slices.SortFunc(res.Groups, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question))
@@ -298,25 +410,48 @@ func typeGroup(groups []Group, q Group) (Group, bool) {
 	return groups[i], true
 }
 
-// tally is a group's lines as the walk needs them.
+// tally is a group's lines as the uniform walk needs them.
 type tally struct {
 	labels int     // every line, with a confidence or not
 	scored []point // the lines with a confidence
-	draws  []Draw  // every line's draw, in the order added (weighted.go)
 }
 
 type point struct {
 	confidence float64
 	agree      bool
-	draw       int // index in draws
 }
 
-func (m *tally) add(l Line) {
-	m.labels++
-	m.draws = append(m.draws, l.Draw)
-	if l.HasConfidence {
-		m.scored = append(m.scored, point{l.Confidence, l.Agree, len(m.draws) - 1})
+// walkUniform runs MethodUniform over one group: each labelled question
+// one observation, the group's entries ignored but for counting them.
+func (g groupView) walkUniform(target, delta float64) Group {
+	m := tally{labels: len(g.records)}
+	for i := range g.records {
+		if r := &g.records[i]; r.is(hasConfidence) {
+			m.scored = append(m.scored, point{r.confidence, r.is(agrees)})
+		}
 	}
+	nmin := MinLines(target, delta)
+	out := m.walk(target, delta, nmin)
+	out.HasLowerBound, out.Evidence, out.Level, out.Needs = true, out.LowerBound, delta, nmin
+	if out.N > 0 {
+		t := out.Start
+		if out.HasThreshold {
+			t = out.Threshold
+		}
+		var buf []obsLine
+		for _, sp := range g.spans() {
+			buf, _, _ = g.entry(sp, buf)
+			if slices.ContainsFunc(buf, func(l obsLine) bool { return l.confidence >= t }) {
+				out.Entries++
+			}
+		}
+	}
+	if out.HasThreshold {
+		out.HasLabelsExpected = true
+	} else if g.expect {
+		out.LabelsExpected, out.HasLabelsExpected = g.expectedUniform(m, target, delta)
+	}
+	return out
 }
 
 // walk runs the fixed-sequence walk over one group's lines, and says what a

@@ -222,7 +222,7 @@ func TestWalk(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := Calibrate(tt.lines, Options{Target: 0.5, Delta: 0.25, By: ByType, MinLabels: 1})
+			res, err := Calibrate(tt.lines, Options{Target: 0.5, Delta: 0.25, By: ByType, MinLabels: 1, Method: MethodUniform})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,6 +249,9 @@ func groupsEqual(a, b Group) bool {
 // (LabelsNeeded and the rest, which needed_test.go checks).
 func walkFields(g Group) Group {
 	g.LabelsNeeded, g.Why, g.Start, g.Top, g.Scored, g.ScoredAgree = 0, "", 0, 0, 0, 0
+	// What the uniform walk reports beside: checked where it is computed.
+	g.Entries, g.HasLowerBound, g.Evidence, g.Level, g.Needs = 0, false, 0, 0, 0
+	g.LabelsExpected, g.HasLabelsExpected = 0, false
 	return g
 }
 
@@ -258,7 +261,7 @@ func TestWalkTarget(t *testing.T) {
 	// passes; .92 (8,8) 0.1^(1/8) = 0.7499 passes; .91 (8,9) solves
 	// 9x^8 - 8x^9 = 0.1, x = 0.6316, fails. Threshold .92, coverage 8/10.
 	lines := []Line{l(.99, T), l(.98, T), l(.97, T), l(.96, T), l(.95, T), l(.94, T), l(.93, T), l(.92, T), l(.91, F), l(.90, T)}
-	res, err := Calibrate(lines, Options{Target: 0.7, Delta: 0.1, By: ByType, MinLabels: 1})
+	res, err := Calibrate(lines, Options{Target: 0.7, Delta: 0.1, By: ByType, MinLabels: 1, Method: MethodUniform})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +300,7 @@ func TestGroups(t *testing.T) {
 		// m0 sorts first.
 		line("m0", "score", "z", .5, T, T),
 	}
-	opts := Options{Target: 0.5, Delta: 0.25, By: ByQuestion, MinLabels: 3}
+	opts := Options{Target: 0.5, Delta: 0.25, By: ByQuestion, MinLabels: 3, Method: MethodUniform}
 	res, err := Calibrate(lines, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -13,15 +13,26 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "calibrate",
-		Usage: "--target <agreement> [--delta <risk>] [--by type|question] [--min-labels <n>] [--method uniform|weighted] [--json] <labels>",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question] [--min-labels <n>] [--method anytime|uniform|weighted] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
 		Long: `
 Computes, for each model version and question type (and, with --by
 question, each question id with at least --min-labels audited labels), the
 lowest confidence threshold at which answers agree with people's labels at
-least --target of the time, with probability at least 1 - --delta over the
-audit sample. Only audited labels (a uniform sample of routed answers)
-count; the others are reported as ignored.
+least --target of the time. The chance that a threshold it reports has
+lower agreement is at most --delta. Only audited labels (a random sample
+of routed answers) count; the others are reported as ignored. Lines with
+the same model, request_id and question count once (the first by entry).
+
+--method anytime (the default) holds however often you run it as labels
+come in: each entry (its questions of a group together) is one
+observation, taken in entry order, tested by betting e-processes on a
+grid of thresholds fixed in advance (docs/calibration.md). --method
+weighted is the same for the labels of the active audit (audit active),
+each entry weighed by 1/audit_p. --method uniform counts each question
+as an observation with Clopper-Pearson bounds: valid only for one run at
+a number of labels fixed in advance, not for running again as labels
+come in.
 
 <labels> is a file of the review API's /labels lines, - for standard
 input, or the http(s) URL of a /labels endpoint; user info in the URL
@@ -34,18 +45,17 @@ routes human (no_threshold). Versions and question ids are written so that
 the gateway reads back exactly them: braces escaped (\{ \}) so that no
 placeholder is resolved, and quoted, backticked or in a heredoc as the
 Caddyfile needs. Paste the block as printed. The table's NEED column
-(labels_needed in --json) says how many more audited labels, all agreeing
-and at the group's highest confidence, would give a group a threshold; a
-line under the table says why each group without one has none. --json
-prints the groups as JSON instead, with unrounded thresholds.
+(labels_needed in --json) is a floor: how many more audited entries, each
+agreeing at the group's highest confidence, would give a group a
+threshold; EXPECT (labels_expected) the median number if answers went on
+agreeing as they have so far. A line under the table says why each group
+without a threshold has none. --json prints the groups as JSON instead,
+with unrounded thresholds.
 
-No audited label at all is an error (exit status 1).
+No audited label at all is an error (exit status 1); a --target or
+--delta outside (0, 1) exits with status 2.
 
---method weighted reads the labels of the active audit (audit active),
-weighing each line by 1/audit_p, with the same guarantee
-(docs/active-audit.md); the default method refuses such lines.
-
-Defaults: --delta 0.05, --by type, --min-labels 30, --method uniform.
+Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime.
 `,
 		CobraFunc: setUp,
 	})
@@ -60,7 +70,7 @@ func setUp(cmd *cobra.Command) {
 	fl.Float64("delta", defaults.Delta, "risk that the guarantee fails, in (0, 1)")
 	fl.String("by", defaults.By, `group by "type", or by "question" id where one has enough labels`)
 	fl.Int("min-labels", defaults.MinLabels, "audited labels a question id needs for a group of its own (with --by question)")
-	fl.String("method", MethodUniform, `"uniform", or "weighted" for the labels of the active audit`)
+	fl.String("method", defaults.Method, `"anytime" (valid however often you look), "weighted" for the labels of the active audit, or "uniform" (one look only)`)
 	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
 	cmd.Args = func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {
@@ -85,7 +95,9 @@ func run(cmd *cobra.Command, args []string) error {
 	opts.Method, _ = fl.GetString("method")
 	asJSON, _ := fl.GetBool("json")
 	if err = opts.Validate(); err != nil {
-		return err // before any fetching: a typo should not cost a download
+		// Before any fetching: a typo should not cost a download. A usage
+		// error exits with status 2, as command-line tools do.
+		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return 2, err })(cmd, args)
 	}
 
 	ctx := cmd.Context()
@@ -96,7 +108,7 @@ func run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := Calibrate(lines, opts)
+	res, err := lines.Calibrate(opts)
 	if err != nil {
 		return err
 	}
@@ -104,7 +116,10 @@ func run(cmd *cobra.Command, args []string) error {
 		// Nothing a guarantee can stand on: an error, so that a script
 		// never pastes an empty result.
 		return fmt.Errorf("no audited labels in %s (%d lines, %d not audited): nothing to calibrate; set route { audit <fraction> } and label audited entries",
-			sourceName(args[0]), len(lines), res.Ignored)
+			sourceName(args[0]), lines.Lines(), res.Ignored)
+	}
+	if res.Duplicates > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: %d lines repeat another's model, request_id and question (a cached answer, or a line exported twice): each counted once\n", res.Duplicates)
 	}
 	for _, note := range res.Notes {
 		fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)

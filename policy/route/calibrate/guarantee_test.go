@@ -113,7 +113,7 @@ func (s simulation) check(t *testing.T, name string, delta float64) {
 
 func calibrated(target, delta float64) func([]Line) (float64, float64, bool) {
 	return func(lines []Line) (float64, float64, bool) {
-		res, err := Calibrate(lines, Options{Target: target, Delta: delta, By: ByType, MinLabels: 1})
+		res, err := Calibrate(lines, Options{Target: target, Delta: delta, By: ByType, MinLabels: 1, Method: MethodUniform})
 		if err != nil || len(res.Groups) != 1 {
 			panic("calibrate failed in the simulation")
 		}

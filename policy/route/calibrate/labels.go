@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/systemone/systemone-gateway/internal/reviewapi"
 )
@@ -20,15 +21,16 @@ import (
 // memory one line at a time.
 const MaxLineBytes = 1 << 20
 
-// Load reads the `/labels` lines of src: "-" reads stdin, an http:// or
+// Load reads the `/labels` lines of src into a Sample, a line at a time:
+// "-" reads stdin, an http:// or
 // https:// URL is fetched with GET (its user info, if any, sent as basic
 // auth, since the review API sits behind basic_auth), anything else is a
 // file path. Errors name the source (without a password) and, for a
 // malformed line, its number.
-func Load(ctx context.Context, src string, stdin io.Reader) ([]Line, error) {
+func Load(ctx context.Context, src string, stdin io.Reader) (*Sample, error) {
 	switch {
 	case src == "-":
-		lines, err := ReadLines(stdin)
+		lines, err := ReadSample(stdin)
 		if err != nil {
 			return nil, fmt.Errorf("reading standard input: %w", err)
 		}
@@ -41,7 +43,7 @@ func Load(ctx context.Context, src string, stdin io.Reader) ([]Line, error) {
 		return nil, err // *PathError names the file
 	}
 	defer f.Close()
-	lines, err := ReadLines(f)
+	lines, err := ReadSample(f)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", src, err)
 	}
@@ -52,13 +54,13 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-func fetch(ctx context.Context, raw string) ([]Line, error) {
+func fetch(ctx context.Context, raw string) (*Sample, error) {
 	body, name, err := openURL(ctx, raw)
 	if err != nil {
 		return nil, err
 	}
 	defer body.Close()
-	lines, err := ReadLines(body)
+	lines, err := ReadSample(body)
 	if err != nil {
 		return nil, fmt.Errorf("reading GET %s: %w", name, err)
 	}
@@ -81,11 +83,36 @@ func openURL(ctx context.Context, raw string) (io.ReadCloser, string, error) {
 // ReadLines reads `/labels` NDJSON: one JSON object per line, blank lines
 // skipped. A line that is not an object, lacks a field the calibration
 // reads, or holds one of the wrong type is an error naming the line number
-// (from 1). Fields the calibration does not read are not checked.
+// (from 1). Fields the calibration does not read are not checked. It holds
+// every line as a Line; ReadSample keeps only the compact record the
+// calibration needs, for large inputs.
 func ReadLines(r io.Reader) ([]Line, error) {
+	var lines []Line
+	err := scanLines(r, func(l Line) { lines = append(lines, l) })
+	return lines, err
+}
+
+// ReadSample reads `/labels` NDJSON as ReadLines does, one line at a time,
+// into a Sample: memory grows by one compact record per line, never by the
+// line's text.
+func ReadSample(r io.Reader) (*Sample, error) {
+	s := NewSample()
+	if err := s.AddFrom(r); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// AddFrom adds the `/labels` lines of r to s, as ReadSample reads them. On
+// an error the lines before the bad one stay added.
+func (s *Sample) AddFrom(r io.Reader) error {
+	return scanLines(r, s.Add)
+}
+
+// scanLines parses each line of r and hands it to add, in order.
+func scanLines(r io.Reader, add func(Line)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
-	var lines []Line
 	num := 0
 	for sc.Scan() {
 		num++
@@ -95,20 +122,96 @@ func ReadLines(r io.Reader) ([]Line, error) {
 		}
 		l, err := parseLine(raw)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %v", num, err)
+			return fmt.Errorf("line %d: %v", num, err)
 		}
-		lines = append(lines, l)
+		add(l)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("line %d: longer than %d bytes", num+1, MaxLineBytes)
+			return fmt.Errorf("line %d: longer than %d bytes", num+1, MaxLineBytes)
 		}
-		return nil, fmt.Errorf("after line %d: %v", num, err)
+		return fmt.Errorf("after line %d: %v", num, err)
 	}
-	return lines, nil
+	return nil
+}
+
+// wireLine is a `/labels` line as the fast path decodes it: one
+// json.Unmarshal into typed fields, the fields it does not name skipped.
+// A nil field was absent or null; a line the fast path cannot take whole
+// (a null confidence, a field missing or of the wrong type) is read again
+// by parseLineStrict, which tells the two apart and says what is wrong.
+type wireLine struct {
+	Entry      *string  `json:"entry"`
+	RequestID  *string  `json:"request_id"`
+	Model      *string  `json:"model"`
+	Type       *string  `json:"type"`
+	Question   *string  `json:"question"`
+	Confidence *float64 `json:"confidence"`
+	Agree      *bool    `json:"agree"`
+	Audit      *bool    `json:"audit"`
+	AuditP     *float64 `json:"audit_p"`
+	AuditFloor *float64 `json:"audit_floor"`
+	AuditFrom  *float64 `json:"audit_from"`
+	Route      *string  `json:"route"`
+	TS         *string  `json:"ts"`
 }
 
 func parseLine(raw []byte) (Line, error) {
+	var w wireLine
+	if json.Unmarshal(raw, &w) != nil || w.Model == nil || w.Type == nil || w.Question == nil ||
+		w.Agree == nil || w.Audit == nil || w.Confidence == nil {
+		return parseLineStrict(raw)
+	}
+	l := Line{Model: *w.Model, Type: *w.Type, Question: *w.Question, Agree: *w.Agree, Audit: *w.Audit,
+		Confidence: *w.Confidence, HasConfidence: true}
+	if !(l.Confidence >= 0 && l.Confidence <= 1) {
+		return parseLineStrict(raw) // says so, with the value as written
+	}
+	var err error
+	if l.Draw, err = makeDraw(w.AuditP, w.AuditFloor, w.AuditFrom); err != nil {
+		return parseLineStrict(raw)
+	}
+	if err := l.readOptional(w.Entry, w.RequestID, w.Route, w.TS); err != nil {
+		return Line{}, err
+	}
+	return l.finish()
+}
+
+// readOptional reads the fields that order and identify a line: entry,
+// request_id, route and ts. Each may be absent (a file written by hand or
+// by an older gateway); an entry that is there must be a stream id.
+func (l *Line) readOptional(entry, requestID, route, ts *string) error {
+	if entry != nil {
+		id, ok := ParseEntryID(*entry)
+		if !ok {
+			return fmt.Errorf("\"entry\" is %q, want a stream entry id such as 1764000000000-0", *entry)
+		}
+		l.Entry = id
+	}
+	if requestID != nil {
+		l.RequestID = *requestID
+	}
+	l.Replay = route != nil && *route == RouteReplay
+	if ts != nil {
+		if at, err := time.Parse(time.RFC3339Nano, *ts); err == nil {
+			l.Labelled = at.UnixNano()
+		}
+	}
+	return nil
+}
+
+// finish checks what every reading of a line checks last.
+func (l Line) finish() (Line, error) {
+	l.Confidence = max(l.Confidence, 0) // -0 would print as "-0"
+	if !slices.Contains(typeOrder, l.Type) {
+		return Line{}, fmt.Errorf("\"type\" is %q, want one of %s", l.Type, strings.Join(typeOrder, ", "))
+	}
+	return l, nil
+}
+
+// parseLineStrict reads a line field by field, telling an absent field
+// from a null one, and says exactly what is wrong with a bad line.
+func parseLineStrict(raw []byte) (Line, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
 		return Line{}, errors.New("not a JSON object")
@@ -152,11 +255,19 @@ func parseLine(raw []byte) (Line, error) {
 	if l.HasConfidence && !(l.Confidence >= 0 && l.Confidence <= 1) {
 		return Line{}, fmt.Errorf("\"confidence\" is %s, want %s", abbreviate(fields["confidence"]), wantConfidence)
 	}
-	l.Confidence = max(l.Confidence, 0) // -0 would print as "-0"
-	if !slices.Contains(typeOrder, l.Type) {
-		return Line{}, fmt.Errorf("\"type\" is %q, want one of %s", l.Type, strings.Join(typeOrder, ", "))
+	var optional [4]*string
+	for i, name := range []string{"entry", "request_id", "route", "ts"} {
+		var v string
+		if raw, ok := fields[name]; ok && json.Unmarshal(raw, &v) == nil {
+			optional[i] = &v
+		} else if ok && name == "entry" && !bytes.Equal(raw, []byte("null")) {
+			return Line{}, fmt.Errorf("\"entry\" is %s, want a stream entry id such as 1764000000000-0", abbreviate(raw))
+		}
 	}
-	return l, nil
+	if err := l.readOptional(optional[0], optional[1], optional[2], optional[3]); err != nil {
+		return Line{}, err
+	}
+	return l.finish()
 }
 
 // abbreviate shows a JSON value in an error, cut to a readable length.

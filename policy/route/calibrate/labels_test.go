@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const good = `{"entry":"1-0","request_id":"r1","org":"acme","model":"service-1.0.0","type":"noul","question":"is_safe","confidence":0.9,"answer":0.95,"label":true,"agree":true,"audit":true,"route":"auto","reviewer":"ana","ts":"2026-11-01T00:00:00Z"}`
@@ -21,7 +22,8 @@ func TestReadLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Line{
-		{Model: "service-1.0.0", Type: "noul", Question: "is_safe", Confidence: 0.9, HasConfidence: true, Agree: true, Audit: true},
+		{Model: "service-1.0.0", Type: "noul", Question: "is_safe", Confidence: 0.9, HasConfidence: true, Agree: true, Audit: true,
+			Entry: EntryID{Ms: 1, Seq: 0, Set: true}, RequestID: "r1", Labelled: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano()},
 		{Model: "m", Type: "score", Question: "q"},
 		{Model: "m", Type: "choice", Question: "c", Confidence: 0, HasConfidence: true, Agree: true, Audit: true},
 	}
@@ -75,12 +77,12 @@ func TestLoadFileAndStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines, err := Load(context.Background(), file, nil)
-	if err != nil || len(lines) != 2 {
-		t.Errorf("file: %d lines, %v", len(lines), err)
+	if err != nil || lines.Lines() != 2 {
+		t.Errorf("file: %d lines, %v", lines.Lines(), err)
 	}
 	lines, err = Load(context.Background(), "-", strings.NewReader(good+"\n"))
-	if err != nil || len(lines) != 1 {
-		t.Errorf("stdin: %d lines, %v", len(lines), err)
+	if err != nil || lines.Lines() != 1 {
+		t.Errorf("stdin: %d lines, %v", lines.Lines(), err)
 	}
 	if _, err := Load(context.Background(), "-", strings.NewReader(good+"\n{}\n")); err == nil || err.Error() != `reading standard input: line 2: no "model" field` {
 		t.Errorf("stdin error: %v", err)
@@ -124,8 +126,8 @@ func TestLoadURL(t *testing.T) {
 	ctx := context.Background()
 
 	lines, err := Load(ctx, "http://ana:s3cret%3Apw@"+host+"/review/labels", nil)
-	if err != nil || len(lines) != 3 {
-		t.Fatalf("with basic auth: %d lines, %v", len(lines), err)
+	if err != nil || lines.Lines() != 3 {
+		t.Fatalf("with basic auth: %d lines, %v", lines.Lines(), err)
 	}
 	// The scheme is case-insensitive, as in any URL.
 	if _, err := Load(ctx, "HTTP://ana:s3cret%3Apw@"+host+"/review/labels", nil); err != nil {

@@ -49,7 +49,7 @@ func repeat(n int, l Line) []Line {
 }
 
 func TestLabelsNeededHandComputed(t *testing.T) {
-	o95 := Options{Target: 0.95, Delta: 0.05, By: ByType, MinLabels: 1}
+	o95 := Options{Target: 0.95, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodUniform}
 	// One failure: LB(n-1, n) >= t exactly when P(X >= n-1 | n, t) =
 	// t^n + n t^(n-1) (1-t) <= delta (the bound's definition). The smallest
 	// such n, found here without gonum:
@@ -96,7 +96,7 @@ func TestLabelsNeededHandComputed(t *testing.T) {
 	}
 	// An empty type group (with --by question, every line in a question
 	// group of its own) needs MinLines.
-	res, err := Calibrate(repeat(70, line(1, true)), Options{Target: 0.95, Delta: 0.05, By: ByQuestion, MinLabels: 30})
+	res, err := Calibrate(repeat(70, line(1, true)), Options{Target: 0.95, Delta: 0.05, By: ByQuestion, MinLabels: 30, Method: MethodUniform})
 	if err != nil || len(res.Groups) != 2 || res.Groups[0].Question != "" || res.Groups[0].Labels != 0 || res.Groups[0].LabelsNeeded != 59 || res.Groups[1].LabelsNeeded != 0 {
 		t.Errorf("empty type group: %+v %v", res.Groups, err)
 	}
@@ -108,9 +108,9 @@ func TestLabelsNeededHandComputed(t *testing.T) {
 func TestLabelsNeededBrute(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 19))
 	opts := []Options{
-		{Target: 0.5, Delta: 0.25, By: ByType, MinLabels: 1},
-		{Target: 0.8, Delta: 0.1, By: ByType, MinLabels: 1},
-		{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1},
+		{Target: 0.5, Delta: 0.25, By: ByType, MinLabels: 1, Method: MethodUniform},
+		{Target: 0.8, Delta: 0.1, By: ByType, MinLabels: 1, Method: MethodUniform},
+		{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodUniform},
 	}
 	checked := 0
 	for trial := range 300 {
@@ -156,7 +156,7 @@ func TestLabelsNeededBrute(t *testing.T) {
 // range of m that fail, as a higher start takes in a disagreement. The
 // search must find it, not the passes further up.
 func TestLabelsNeededNotMonotone(t *testing.T) {
-	o := Options{Target: 0.5, Delta: 0.25, By: ByType, MinLabels: 1} // MinLines 2
+	o := Options{Target: 0.5, Delta: 0.25, By: ByType, MinLabels: 1, Method: MethodUniform} // MinLines 2
 	// .9: 1 line, disagreeing; .5: 1 line, disagreeing. m = 0: the walk
 	// starts at .5 with (0, 2): fails. m = 1: it starts at .9 with (1, 2),
 	// LB(1,2) = 0.134: fails. m = 2: (2, 3) 0.3264 fails; m = 3: (3, 4)

@@ -45,32 +45,42 @@ type resultJSON struct {
 }
 
 type groupJSON struct {
-	Model        string   `json:"model"`
-	Type         string   `json:"type"`
-	Question     string   `json:"question"`
-	Labels       int      `json:"labels"`
-	Threshold    *float64 `json:"threshold"`
-	Agree        int      `json:"agree"`
-	N            int      `json:"n"`
-	LowerBound   float64  `json:"lower_bound"`
-	Coverage     float64  `json:"coverage"`
-	LabelsNeeded int      `json:"labels_needed"`
+	Model          string   `json:"model"`
+	Type           string   `json:"type"`
+	Question       string   `json:"question"`
+	Labels         int      `json:"labels"`
+	Threshold      *float64 `json:"threshold"`
+	Agree          int      `json:"agree"`
+	N              int      `json:"n"`
+	Entries        int      `json:"entries"`
+	LowerBound     *float64 `json:"lower_bound"`
+	Coverage       float64  `json:"coverage"`
+	LabelsNeeded   int      `json:"labels_needed"`
+	LabelsExpected *int     `json:"labels_expected"`
 }
 
 // MarshalJSON writes the contract's `--json` document: {"target", "delta",
 // "ignored", "groups": [{"model", "type", "question", "labels",
-// "threshold", "agree", "n", "lower_bound", "coverage", "labels_needed"}]},
-// with an unrounded threshold, or null. Notes are not part of it.
+// "threshold", "agree", "n", "entries", "lower_bound", "coverage",
+// "labels_needed", "labels_expected"}]}, with an unrounded threshold, or
+// null; lower_bound null where the method has none, labels_expected null
+// where there is no estimate. Notes are not part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
 	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Labels: g.Labels,
-			Agree: g.Agree, N: g.N, LowerBound: g.LowerBound, Coverage: g.Coverage,
+			Agree: g.Agree, N: g.N, Entries: g.Entries, Coverage: g.Coverage,
 			LabelsNeeded: g.LabelsNeeded,
 		}
 		if g.HasThreshold {
 			gj.Threshold = &g.Threshold
+		}
+		if g.HasLowerBound {
+			gj.LowerBound = &g.LowerBound
+		}
+		if g.HasLabelsExpected {
+			gj.LabelsExpected = &g.LabelsExpected
 		}
 		doc.Groups = append(doc.Groups, gj)
 	}
@@ -87,35 +97,49 @@ func WriteJSON(w io.Writer, r Result) error {
 
 // WriteTable writes a summary line and a table: model, type, question ("-"
 // for a type group), labels used, threshold (as the fragment writes it) or
-// "none", agreement k/n, lower bound, coverage and NEED (labels_needed).
-// Without a threshold, k/n and the bound are those of the first candidate
-// tested, "-" when none was (too few lines with a confidence). Under the
-// table, one line per group without a threshold says why it has none.
+// "none", agreement k/n, lower bound, coverage, NEED (labels_needed) and
+// EXPECT (labels_expected, "-" when there is none). Without a threshold,
+// k/n and the bound are those of the first candidate tested, "-" when none
+// was. Under the table, one line per group without a threshold says why it
+// has none.
 func WriteTable(w io.Writer, r Result) error {
 	bw := bufio.NewWriter(w)
 	used := 0
 	for _, g := range r.Groups {
 		used += g.Labels
 	}
-	fmt.Fprintf(bw, "target %v, delta %v: %d audited labels used, %d not audited (ignored)\n\n",
-		r.Target, r.Delta, used, r.Ignored)
+	method := r.Method
+	if method == "" {
+		method = MethodAnytime
+	}
+	fmt.Fprintf(bw, "target %v, delta %v, method %s: %d audited labels used, %d not audited (ignored)",
+		r.Target, r.Delta, method, used, r.Ignored)
+	if r.Duplicates > 0 {
+		fmt.Fprintf(bw, ", %d duplicate lines counted once", r.Duplicates)
+	}
+	fmt.Fprint(bw, "\n\n")
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tTYPE\tQUESTION\tLABELS\tTHRESHOLD\tAGREE\tLB\tCOVERAGE\tNEED")
+	fmt.Fprintln(tw, "MODEL\tTYPE\tQUESTION\tLABELS\tTHRESHOLD\tAGREE\tLB\tCOVERAGE\tNEED\tEXPECT")
 	var why []string
 	for _, g := range r.Groups {
-		threshold, agree, lb, coverage := "none", "-", "-", "-"
+		threshold, agree, lb, coverage, expect := "none", "-", "-", "-", "-"
 		if g.HasThreshold {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
 		} else {
-			why = append(why, whyLine(g, r.Target, r.Delta))
+			why = append(why, whyLine(g, r.Target, r.Delta, method))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
-			lb = fmt.Sprintf("%.4f", g.LowerBound)
+			if g.HasLowerBound {
+				lb = fmt.Sprintf("%.4f", g.LowerBound)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n",
-			display(g.Model), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded)
+		if g.HasLabelsExpected {
+			expect = strconv.Itoa(g.LabelsExpected)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n",
+			display(g.Model), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded, expect)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -125,7 +149,12 @@ func WriteTable(w io.Writer, r Result) error {
 		for _, line := range why {
 			fmt.Fprintln(bw, line)
 		}
-		fmt.Fprintln(bw, "NEED: more audited labels that would give a threshold, if all agreed and all were at the group's highest confidence.")
+		unit := "entries"
+		if method == MethodUniform {
+			unit = "labels"
+		}
+		fmt.Fprintf(bw, "NEED: more audited %s that would give a threshold if each agreed at the group's highest confidence (a floor).\n", unit)
+		fmt.Fprintf(bw, "EXPECT: the median more audited entries a threshold would take if answers went on agreeing as they have so far.\n")
 	}
 	return bw.Flush()
 }
@@ -139,10 +168,18 @@ func groupQuestion(g Group) string {
 
 // whyLine says, for a group without a threshold, why the walk found none,
 // with the agreement seen so far.
-func whyLine(g Group, target, delta float64) string {
+func whyLine(g Group, target, delta float64, method string) string {
 	name := display(g.Model) + " " + g.Type
 	if g.Question != "" {
 		name += " question " + display(g.Question)
+	}
+	if method != MethodUniform {
+		if g.Why == WhyBelowTarget {
+			return fmt.Sprintf("%s: no threshold yet: the first candidate (confidence %s, %d entries, %d questions) has evidence %.3g where it needs %.3g (target %v, delta %v); agreement there %d/%d",
+				name, strconv.FormatFloat(g.Start, 'f', -1, 64), g.Entries, g.N, g.Evidence, 1/g.Level, target, delta, g.Agree, g.N)
+		}
+		return fmt.Sprintf("%s: no threshold yet: too few entries; the first %d with a confidence set where the walk starts, and with every entry agreeing %d in all give a threshold (target %v, delta %v); agreement so far %d/%d",
+			name, BurnIn(target, delta), g.Needs, target, delta, g.ScoredAgree, g.Scored)
 	}
 	if g.Why == WhyBelowTarget {
 		return fmt.Sprintf("%s: no threshold: the first candidate tested (confidence %s, %d lines) has a lower bound of %.4f, below the target %v; agreement there %d/%d",

@@ -123,9 +123,9 @@ func TestGolden(t *testing.T) {
 		golden string
 		args   []string
 	}{
-		{"table.golden", []string{"--target", "0.9", "--delta", "0.1"}},
-		{"by_question.golden", []string{"--target", "0.9", "--delta", "0.1", "--by", "question", "--min-labels", "25"}},
-		{"json.golden", []string{"--target", "0.9", "--delta", "0.1", "--by", "question", "--min-labels", "25", "--json"}},
+		{"table.golden", []string{"--target", "0.9", "--delta", "0.1", "--method", "uniform"}},
+		{"by_question.golden", []string{"--target", "0.9", "--delta", "0.1", "--method", "uniform", "--by", "question", "--min-labels", "25"}},
+		{"json.golden", []string{"--target", "0.9", "--delta", "0.1", "--method", "uniform", "--by", "question", "--min-labels", "25", "--json"}},
 		{"defaults.golden", []string{"--target", "0.95"}},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	nulls := 0
 	for _, g := range groups {
-		if got := keys(g); got != "agree coverage labels labels_needed lower_bound model n question threshold type" {
+		if got := keys(g); got != "agree coverage entries labels labels_expected labels_needed lower_bound model n question threshold type" {
 			t.Errorf("group fields: %s", got)
 		}
 		if g["threshold"] == nil {
@@ -184,7 +184,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	// Unrounded: the JSON threshold is a confidence from the data; the table
 	// writes the rounded-up one.
-	res, _ := Calibrate([]Line{l(0.123456, true)}, Options{Target: 0.5, Delta: 0.5, By: ByType, MinLabels: 1})
+	res, _ := Calibrate([]Line{l(0.123456, true)}, Options{Target: 0.5, Delta: 0.5, By: ByType, MinLabels: 1, Method: MethodUniform})
 	var buf bytes.Buffer
 	if err := WriteJSON(&buf, res); err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func TestTableQuotesOddIds(t *testing.T) {
 		{Model: "m", Type: "noul", Question: "two\twords", Confidence: 1, HasConfidence: true, Agree: true, Audit: true},
 		{Model: "m", Type: "noul", Question: "-", Confidence: 1, HasConfidence: true, Agree: true, Audit: true},
 	}
-	res, err := Calibrate(lines, Options{Target: 0.5, Delta: 0.5, By: ByQuestion, MinLabels: 1})
+	res, err := Calibrate(lines, Options{Target: 0.5, Delta: 0.5, By: ByQuestion, MinLabels: 1, Method: MethodUniform})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestQuestionWithoutThreshold(t *testing.T) {
 	// Target 0.5, delta 0.25: MinLines 2. x: (3,0) at .9, bound 0: none.
 	// The rest: .9 (1) skipped, .8 (2,2) 0.5 passes: noul 0.8.
 	lines := []Line{q("x", .9, false), q("x", .9, false), q("x", .9, false), q("y", .9, true), q("z", .8, true)}
-	res, err := Calibrate(lines, Options{Target: 0.5, Delta: 0.25, By: ByQuestion, MinLabels: 3})
+	res, err := Calibrate(lines, Options{Target: 0.5, Delta: 0.25, By: ByQuestion, MinLabels: 3, Method: MethodUniform})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,219 @@
+package calibrate
+
+import (
+	"cmp"
+	"hash/maphash"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// RouteReplay is the `route` of a `/labels` line written by `replay`: its
+// confidence and answer are the new version's, its draw (audit_p) the
+// original entry's.
+const RouteReplay = "replay"
+
+// EntryID is a review stream entry id, "<milliseconds>-<sequence>": the
+// order in which entries were queued, fixed before any label exists.
+type EntryID struct {
+	Ms, Seq uint64
+	// Set is false for a line without an `entry` field.
+	Set bool
+}
+
+// ParseEntryID reads a stream entry id such as "1764000000000-0".
+func ParseEntryID(s string) (EntryID, bool) {
+	ms, seq, ok := strings.Cut(s, "-")
+	if !ok {
+		return EntryID{}, false
+	}
+	a, err1 := strconv.ParseUint(ms, 10, 64)
+	b, err2 := strconv.ParseUint(seq, 10, 64)
+	if err1 != nil || err2 != nil {
+		return EntryID{}, false
+	}
+	return EntryID{Ms: a, Seq: b, Set: true}, true
+}
+
+// Compare orders entry ids as the stream does: by milliseconds, then by
+// sequence number (numerically, so "10-0" comes after "9-0").
+func (a EntryID) Compare(b EntryID) int {
+	return cmp.Or(cmp.Compare(a.Ms, b.Ms), cmp.Compare(a.Seq, b.Seq))
+}
+
+// Sample is a set of `/labels` lines held as compact records: what the
+// calibration reads of each line and nothing else (no text but the
+// model, type and question names, held once each). ReadSample and
+// Sample.AddFrom fill one a line at a time, so a large export costs the
+// records only; Calibrate takes its lines through one.
+//
+// Lines with the same model, request_id and question are one line: the
+// first by entry id, so that an answer repeated by the cache (the same
+// request_id, a later entry) or a label exported twice counts once. Among
+// the lines of one entry and question (an export holding a label and its
+// correction), the label stored last (`ts`, then the later line) is the
+// one kept: the labels as they are now.
+type Sample struct {
+	records   []record
+	names     []groupName
+	nameIndex map[groupName]uint32
+	draws     []Draw
+	drawIndex map[Draw]uint32
+	// duplicates counts the lines dropped as duplicates so far.
+	duplicates int
+	deduped    bool
+}
+
+// groupName is a line's (model, type, question), held once per sample.
+type groupName struct{ model, typ, question string }
+
+// record is one line as the calibration keeps it: 64 bytes.
+type record struct {
+	entryMs, entrySeq uint64
+	labelled          int64     // `ts`, ns since the epoch; 0 when unknown
+	key               [2]uint64 // hash of (model, request_id, question)
+	index             uint32    // the line's place in the input
+	name              uint32    // into Sample.names
+	draw              uint32    // into Sample.draws
+	confidence        float64
+	flags             recordFlags
+}
+
+type recordFlags uint8
+
+const (
+	hasConfidence recordFlags = 1 << iota
+	agrees
+	audited
+	replayed
+	hasEntry
+	// unkeyed: no request_id and no entry to tell a copy by; never a
+	// duplicate of anything.
+	unkeyed
+)
+
+func (r *record) is(f recordFlags) bool { return r.flags&f != 0 }
+
+func (r *record) entryID() EntryID {
+	return EntryID{Ms: r.entryMs, Seq: r.entrySeq, Set: r.is(hasEntry)}
+}
+
+// NewSample returns an empty sample.
+func NewSample() *Sample {
+	return &Sample{nameIndex: map[groupName]uint32{}, drawIndex: map[Draw]uint32{}}
+}
+
+// Lines is the number of lines held, duplicates dropped so far excluded.
+func (s *Sample) Lines() int { return len(s.records) }
+
+// Duplicates is the number of lines found to repeat another (same model,
+// request_id and question) and counted once; it is complete once the
+// sample has been calibrated.
+func (s *Sample) Duplicates() int { return s.duplicates }
+
+// seeds of the 128-bit duplicate key: two independent 64-bit hashes, so
+// that two different lines share a key with a chance of about 2^-128 per
+// pair.
+var seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+// Add adds one line.
+func (s *Sample) Add(l Line) {
+	if len(s.records) == math.MaxUint32 {
+		panic("calibrate: more than 4294967295 lines in one sample")
+	}
+	n := groupName{l.Model, l.Type, l.Question}
+	ni, ok := s.nameIndex[n]
+	if !ok {
+		ni = uint32(len(s.names))
+		s.names = append(s.names, n)
+		s.nameIndex[n] = ni
+	}
+	di, ok := s.drawIndex[l.Draw]
+	if !ok {
+		di = uint32(len(s.draws))
+		s.draws = append(s.draws, l.Draw)
+		s.drawIndex[l.Draw] = di
+	}
+	r := record{
+		entryMs: l.Entry.Ms, entrySeq: l.Entry.Seq, labelled: l.Labelled,
+		index: uint32(len(s.records)), name: ni, draw: di, confidence: l.Confidence,
+	}
+	for _, f := range []struct {
+		on   bool
+		flag recordFlags
+	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}} {
+		if f.on {
+			r.flags |= f.flag
+		}
+	}
+	// The request id tells a copy; a line without one is told by its
+	// entry (a line exported twice), and one without either by nothing.
+	identity := "r" + l.RequestID
+	switch {
+	case l.RequestID != "":
+	case l.Entry.Set:
+		identity = "e" + strconv.FormatUint(l.Entry.Ms, 10) + "-" + strconv.FormatUint(l.Entry.Seq, 10)
+	default:
+		r.flags |= unkeyed
+	}
+	if !r.is(unkeyed) {
+		for i := range r.key {
+			var h maphash.Hash
+			h.SetSeed(seeds[i])
+			h.WriteString(l.Model)
+			h.WriteByte(0)
+			h.WriteString(identity)
+			h.WriteByte(0)
+			h.WriteString(l.Question)
+			r.key[i] = h.Sum64()
+		}
+	}
+	s.records = append(s.records, r)
+	s.deduped = false
+}
+
+// dedupe drops the duplicate lines: of the lines with one key, the first
+// by entry id is kept, and of that entry's lines the one labelled last.
+// The records stay in input order.
+func (s *Sample) dedupe() {
+	if s.deduped {
+		return
+	}
+	s.deduped = true
+	order := func(a, b record) int {
+		return cmp.Or(
+			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq),
+			cmp.Compare(b.labelled, a.labelled), // the latest label first
+			cmp.Compare(b.index, a.index))       // then the later line
+	}
+	slices.SortFunc(s.records, func(a, b record) int {
+		// Unkeyed records sort last, apart, in input order.
+		ua, ub := a.is(unkeyed), b.is(unkeyed)
+		if ua || ub {
+			if ua && ub {
+				return cmp.Compare(a.index, b.index)
+			}
+			if ua {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.key[0], b.key[0]), cmp.Compare(a.key[1], b.key[1]), order(a, b))
+	})
+	kept := s.records[:0]
+	var prev [2]uint64
+	for i, r := range s.records {
+		if i > 0 && !r.is(unkeyed) && r.key == prev {
+			s.duplicates++
+			continue
+		}
+		prev = r.key
+		kept = append(kept, r)
+	}
+	s.records = kept
+	slices.SortFunc(s.records, func(a, b record) int { return cmp.Compare(a.index, b.index) })
+	for i := range s.records {
+		s.records[i].index = uint32(i)
+	}
+}
