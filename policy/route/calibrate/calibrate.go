@@ -310,7 +310,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 					quoteNote(n.question), quoteNote(n.model), strings.Join(ts, " and ")))
 				continue
 			}
-			own[key{n.model, n.typ, n.question}] = true
+			own[key(n)] = true
 		}
 		slices.Sort(res.Notes)
 		res.Notes = slices.Compact(res.Notes)
@@ -338,8 +338,8 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		}
 		tg := groupIndex(key{n.model, n.typ, ""})
 		groupOf[i] = tg
-		if own[key{n.model, n.typ, n.question}] {
-			groupOf[i] = groupIndex(key{n.model, n.typ, n.question})
+		if own[key(n)] {
+			groupOf[i] = groupIndex(key(n))
 		}
 	}
 	// Audited records by group, then entry order; the others last.

@@ -11,18 +11,20 @@ import (
 	"github.com/systemone/systemone-gateway/policy/route/calibrate"
 )
 
-// docExample is the labels of docs/calibration.md's example: 120 audited
-// noul answers, confidence falling from 1 in steps of 1/120, three of them
-// wrong; 20 choice answers, one wrong.
+// docExample is the labels of docs/calibration.md's example: 300 audited
+// noul answers, one per entry, their confidences the steps of 1/300 in a
+// shuffled order (as traffic comes), two in three of the lowest fifty wrong; 20 choice
+// answers, one wrong.
 func docExample() string {
 	var b strings.Builder
-	for i := range 120 {
-		fmt.Fprintf(&b, `{"model":"service-1.0.0","type":"noul","question":"late","confidence":%v,"agree":%v,"audit":true}`+"\n",
-			float64(120-i)/120, i != 30 && i != 60 && i != 119)
+	for i := range 300 {
+		step := (i * 37) % 300
+		fmt.Fprintf(&b, `{"entry":"1764000000000-%d","request_id":"n%d","model":"service-1.0.0","type":"noul","question":"late","confidence":%v,"agree":%v,"audit":true}`+"\n",
+			i, i, float64(300-step)/300, step < 250 || step%3 == 0)
 	}
 	for i := range 20 {
-		fmt.Fprintf(&b, `{"model":"service-1.0.0","type":"choice","question":"kind","confidence":%v,"agree":%v,"audit":true}`+"\n",
-			0.5+float64(i)/40, i != 7)
+		fmt.Fprintf(&b, `{"entry":"1764000000000-%d","request_id":"c%d","model":"service-1.0.0","type":"choice","question":"kind","confidence":%v,"agree":%v,"audit":true}`+"\n",
+			400+i, i, 0.5+float64(i)/40, i != 7)
 	}
 	return b.String()
 }
@@ -42,7 +44,9 @@ func TestDocExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := calibrate.Calibrate(lines, calibrate.Options{Target: 0.9, Delta: 0.05, By: calibrate.ByType, MinLabels: 30})
+	opts := calibrate.DefaultOptions()
+	opts.Target = 0.9
+	res, err := calibrate.Calibrate(lines, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,7 +144,7 @@ func (g groupView) expectedUniform(m tally, target, delta float64) (int, bool) {
 				labels += len(buf)
 				for _, l := range buf {
 					if l.confidence >= 0 {
-						scored = append(scored, point{l.confidence, l.agree})
+						scored = append(scored, point(l))
 					}
 				}
 			}

@@ -95,10 +95,6 @@ const (
 
 func (r *record) is(f recordFlags) bool { return r.flags&f != 0 }
 
-func (r *record) entryID() EntryID {
-	return EntryID{Ms: r.entryMs, Seq: r.entrySeq, Set: r.is(hasEntry)}
-}
-
 // NewSample returns an empty sample.
 func NewSample() *Sample {
 	return &Sample{nameIndex: map[groupName]uint32{}, drawIndex: map[Draw]uint32{}}
