@@ -78,6 +78,10 @@ func newAlarmWatch(client AlarmReader, key, resetKey string, logger *zap.Logger)
 	ctx, stop := context.WithCancel(context.Background())
 	w := &alarmWatch{client: client, key: key, resetKy: resetKey, logger: logger, stop: stop, tokens: map[guarantee.Group]string{}}
 	w.set.Store(&map[guarantee.Group]struct{}{})
+	// The first read before the first request: a gateway started while
+	// Redis answers knows its alarms at once, instead of routing
+	// everything human (guarantee_unknown) until the first tick.
+	w.refresh(ctx)
 	w.wg.Add(1)
 	go w.loop(ctx)
 	return w
@@ -88,12 +92,12 @@ func (w *alarmWatch) loop(ctx context.Context) {
 	t := time.NewTicker(AlarmRefresh)
 	defer t.Stop()
 	for {
-		w.refresh(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		w.refresh(ctx)
 	}
 }
 

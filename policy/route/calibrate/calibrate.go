@@ -45,6 +45,10 @@ const (
 	// ByQuestion gives a question id with at least MinLabels audited lines
 	// a group of its own; the rest of its type form the type group.
 	ByQuestion = "question"
+	// ByOrg gives an org with at least MinLabels audited entries in a
+	// (model, type) a group of its own; the other orgs' lines of that
+	// model and type form the pooled type group.
+	ByOrg = "org"
 )
 
 // Defaults of the `calibrate` command, which DefaultOptions returns.
@@ -94,6 +98,9 @@ type Line struct {
 	// the epoch; 0 when unknown. Of two lines of one entry and question,
 	// the one labelled later is the correction, and is kept.
 	Labelled int64
+	// Org is the line's `org`: with ByOrg, an org with enough audited
+	// entries in a (model, type) gets a group of its own.
+	Org string
 }
 
 // Options are the calibration's parameters. DefaultOptions gives the
@@ -148,8 +155,8 @@ func (o Options) Validate() error {
 	if !(o.Delta > 0 && o.Delta < 1) {
 		errs = append(errs, fmt.Errorf("--delta %v is not between 0 and 1 (both excluded)", o.Delta))
 	}
-	if o.By != ByType && o.By != ByQuestion {
-		errs = append(errs, fmt.Errorf("--by %q is not %q or %q", o.By, ByType, ByQuestion))
+	if o.By != ByType && o.By != ByQuestion && o.By != ByOrg {
+		errs = append(errs, fmt.Errorf("--by %q is not %q, %q or %q", o.By, ByType, ByQuestion, ByOrg))
 	}
 	if o.MinLabels < 1 {
 		errs = append(errs, fmt.Errorf("--min-labels %d is less than 1", o.MinLabels))
@@ -180,11 +187,20 @@ type Result struct {
 	Notes []string
 }
 
-// Group is the outcome for one (model, type) or (model, type, question).
+// Group is the outcome for one (model, type), (model, type, question) or
+// (model, type, org).
 type Group struct {
 	Model, Type string
 	// Question is the question id of a question group, "" for a type group.
 	Question string
+	// Org is the org of an org group (ByOrg), "" for a pooled group.
+	Org string
+	// Cert is the id of the threshold's certificate, once Certify has
+	// written one; the fragment writes it on the threshold's line.
+	Cert string
+	// lines are the input places of the group's audited lines, duplicates
+	// dropped: what a certificate's digest is computed over.
+	lines []uint32
 	// Labels is the number of audited lines in the group, including those
 	// with no confidence.
 	Labels int
@@ -280,7 +296,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 	// to the id whatever the question's type, so an id asked as two types
 	// cannot get a threshold of its own without imposing it on the other
 	// type's answers, which the threshold was not computed from.
-	type key struct{ model, typ, question string }
+	type key struct{ model, typ, question, org string }
 	count := make([]int, len(s.names))
 	for i := range s.records {
 		if r := &s.records[i]; r.is(audited) {
@@ -294,7 +310,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 			if count[i] == 0 {
 				continue
 			}
-			k := key{n.model, "", n.question}
+			k := key{n.model, "", n.question, ""}
 			if !slices.Contains(types[k], n.typ) {
 				types[k] = append(types[k], n.typ)
 			}
@@ -303,14 +319,14 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 			if count[i] < opts.MinLabels || n.question == "" {
 				continue // an empty id is the type group's key: stays there
 			}
-			if ts := types[key{n.model, "", n.question}]; len(ts) > 1 {
+			if ts := types[key{n.model, "", n.question, ""}]; len(ts) > 1 {
 				slices.SortFunc(ts, compareTypes)
 				res.Notes = append(res.Notes, fmt.Sprintf(
 					"question %s of %s is asked as %s: kept in its type groups, since a pin's question threshold applies to every type",
 					quoteNote(n.question), quoteNote(n.model), strings.Join(ts, " and ")))
 				continue
 			}
-			own[key(n)] = true
+			own[key{n.model, n.typ, n.question, ""}] = true
 		}
 		slices.Sort(res.Notes)
 		res.Notes = slices.Compact(res.Notes)
@@ -336,10 +352,43 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 			groupOf[i] = -1
 			continue
 		}
-		tg := groupIndex(key{n.model, n.typ, ""})
+		tg := groupIndex(key{n.model, n.typ, "", ""})
 		groupOf[i] = tg
-		if own[key(n)] {
-			groupOf[i] = groupIndex(key(n))
+		if own[key{n.model, n.typ, n.question, ""}] {
+			groupOf[i] = groupIndex(key{n.model, n.typ, n.question, ""})
+		}
+	}
+	// An org of its own, with ByOrg: enough audited entries in its
+	// (model, type). Counted in entries, the unit of evidence.
+	orgGroup := map[[2]uint32]int{} // (type group, org) -> group
+	if opts.By == ByOrg {
+		type seen struct {
+			group int
+			org   uint32
+		}
+		entries := map[seen]map[[2]uint64]bool{}
+		for i := range s.records {
+			r := &s.records[i]
+			if !r.is(audited) {
+				continue
+			}
+			k := seen{groupOf[r.name], r.org}
+			if entries[k] == nil {
+				entries[k] = map[[2]uint64]bool{}
+			}
+			id := [2]uint64{r.entryMs, r.entrySeq}
+			if !r.is(hasEntry) {
+				id = [2]uint64{math.MaxUint64, uint64(r.line)} // an entry of its own
+			}
+			entries[k][id] = true
+		}
+		for k, ids := range entries {
+			org := s.orgs[k.org]
+			if org == "" || len(ids) < opts.MinLabels {
+				continue // "" is the pooled group's key: stays there
+			}
+			tk := keys[k.group]
+			orgGroup[[2]uint32{uint32(k.group), k.org}] = groupIndex(key{tk.model, tk.typ, "", org})
 		}
 	}
 	// Audited records by group, then entry order; the others last.
@@ -347,7 +396,11 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		if !r.is(audited) {
 			return len(keys)
 		}
-		return groupOf[r.name]
+		g := groupOf[r.name]
+		if og, ok := orgGroup[[2]uint32{uint32(g), r.org}]; ok {
+			return og
+		}
+		return g
 	}
 	slices.SortFunc(s.records, func(a, b record) int {
 		return cmp.Or(cmp.Compare(groupOfRecord(&a), groupOfRecord(&b)),
@@ -367,7 +420,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		lo = hi
 	}
 	for g, k := range keys {
-		gv := groupView{sample: s, records: s.records[ranges[g].lo:ranges[g].hi], seed: groupSeed(k.model, k.typ, k.question), expect: opts.Expect}
+		gv := groupView{sample: s, records: s.records[ranges[g].lo:ranges[g].hi], seed: groupSeed(k.model, k.typ, k.question, k.org), expect: opts.Expect}
 		var out Group
 		switch method {
 		case MethodUniform:
@@ -375,11 +428,15 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		default:
 			out = gv.walkAnytime(opts.Target, opts.Delta, method == MethodWeighted)
 		}
-		out.Model, out.Type, out.Question = k.model, k.typ, k.question
+		out.Model, out.Type, out.Question, out.Org = k.model, k.typ, k.question, k.org
+		out.lines = make([]uint32, 0, len(gv.records))
+		for _, r := range gv.records {
+			out.lines = append(out.lines, r.line)
+		}
 		res.Groups = append(res.Groups, out)
 	}
 	slices.SortFunc(res.Groups, func(a, b Group) int {
-		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question))
+		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question), cmp.Compare(a.Org, b.Org))
 	})
 
 	// A question group without a threshold has no line in the fragment, so
@@ -402,7 +459,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 // typeGroup finds the type group of a question group in sorted groups.
 func typeGroup(groups []Group, q Group) (Group, bool) {
 	i, ok := slices.BinarySearchFunc(groups, q, func(g, q Group) int {
-		return cmp.Or(cmp.Compare(g.Model, q.Model), compareTypes(g.Type, q.Type), cmp.Compare(g.Question, ""))
+		return cmp.Or(cmp.Compare(g.Model, q.Model), compareTypes(g.Type, q.Type), cmp.Compare(g.Question, ""), cmp.Compare(g.Org, ""))
 	})
 	if !ok {
 		return Group{}, false

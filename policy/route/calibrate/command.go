@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/systemone/systemone-gateway/policy/route/calibrate/certificate"
 )
 
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "calibrate",
-		Usage: "--target <agreement> [--delta <risk>] [--by type|question] [--min-labels <n>] [--method anytime|uniform|weighted] [--json] <labels>",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--certificates <file>] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
 		Long: `
 Computes, for each model version and question type (and, with --by
@@ -59,6 +63,22 @@ Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime.
 `,
 		CobraFunc: setUp,
 	})
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "verify",
+		Usage: "--certificates <file> <labels>",
+		Short: "Checks calibrate's certificates against the review API's labels",
+		Long: `
+Recomputes each certificate of --certificates (written by calibrate
+--certificates) from <labels>: the lines labelled at or before its
+labels_until, under its own method, target, delta and grouping. Prints one
+line per certificate, "ok <id>" or "mismatch <id>: <what differs>" (labels
+changed, threshold, counts, evidence), and exits with status 1 when any
+differs. <labels> is read as calibrate reads it: a file, - for standard
+input, or the http(s) URL of a /labels endpoint. An organization can check
+its own groups' certificates from its own lines.
+`,
+		CobraFunc: setUpVerify,
+	})
 }
 
 // setUp gives the cobra command its flags and its RunE. Output goes to the
@@ -68,8 +88,9 @@ func setUp(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.Float64("target", 0, "agreement to guarantee at or above a threshold, in (0, 1) (required)")
 	fl.Float64("delta", defaults.Delta, "risk that the guarantee fails, in (0, 1)")
-	fl.String("by", defaults.By, `group by "type", or by "question" id where one has enough labels`)
-	fl.Int("min-labels", defaults.MinLabels, "audited labels a question id needs for a group of its own (with --by question)")
+	fl.String("by", defaults.By, `group by "type", by "question" id where one has enough labels, or by "org" where one has enough entries`)
+	fl.Int("min-labels", defaults.MinLabels, "audited labels a question id (--by question), or audited entries an org (--by org), needs for a group of its own")
+	fl.String("certificates", "", "write a certificate per threshold to this file, and its id on the threshold's line")
 	fl.String("method", defaults.Method, `"anytime" (valid however often you look), "weighted" for the labels of the active audit, or "uniform" (one look only)`)
 	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
 	cmd.Args = func(_ *cobra.Command, args []string) error {
@@ -94,6 +115,7 @@ func run(cmd *cobra.Command, args []string) error {
 	opts.MinLabels, _ = fl.GetInt("min-labels")
 	opts.Method, _ = fl.GetString("method")
 	asJSON, _ := fl.GetBool("json")
+	certFile, _ := fl.GetString("certificates")
 	if err = opts.Validate(); err != nil {
 		// Before any fetching: a typo should not cost a download. A usage
 		// error exits with status 2, as command-line tools do.
@@ -104,13 +126,24 @@ func run(cmd *cobra.Command, args []string) error {
 	if ctx == nil {
 		ctx = context.Background() // a command executed without one
 	}
-	lines, err := Load(ctx, args[0], cmd.InOrStdin())
+	var lines *Sample
+	var raw [][]byte
+	if certFile != "" {
+		lines, raw, err = LoadRaw(ctx, args[0], cmd.InOrStdin())
+	} else {
+		lines, err = Load(ctx, args[0], cmd.InOrStdin())
+	}
 	if err != nil {
 		return err
 	}
 	res, err := lines.Calibrate(opts)
 	if err != nil {
 		return err
+	}
+	if certFile != "" && len(res.Groups) > 0 {
+		if err := writeCertificates(certFile, &res, opts, raw); err != nil {
+			return err
+		}
 	}
 	if len(res.Groups) == 0 {
 		// Nothing a guarantee can stand on: an error, so that a script
@@ -147,4 +180,78 @@ func sourceName(src string) string {
 		return u.Redacted()
 	}
 	return src
+}
+
+// writeCertificates writes res's certificates to path, and their ids into
+// res's groups for the fragment.
+func writeCertificates(path string, res *Result, opts Options, raw [][]byte) error {
+	certs, err := Certify(res, opts, raw, time.Now())
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := certificate.Write(f, certs); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func setUpVerify(cmd *cobra.Command) {
+	cmd.Flags().String("certificates", "", "the certificates file calibrate --certificates wrote (required)")
+	cmd.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return errors.New("want one <labels> argument: a file, - for standard input, or the URL of a /labels endpoint")
+		}
+		return nil
+	}
+	cmd.RunE = runVerify
+}
+
+func runVerify(cmd *cobra.Command, args []string) error {
+	path, _ := cmd.Flags().GetString("certificates")
+	if path == "" {
+		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
+			return 2, errors.New("--certificates is required: the file calibrate --certificates wrote")
+		})(cmd, args)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	certs, err := certificate.Read(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, raw, err := LoadRaw(ctx, args[0], cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	found, err := Verify(certs, raw)
+	if err != nil {
+		return err
+	}
+	mismatches := 0
+	for _, v := range found {
+		if !v.OK() {
+			mismatches++
+		}
+		if _, err := fmt.Fprintln(cmd.OutOrStdout(), v); err != nil {
+			return err
+		}
+	}
+	if mismatches > 0 {
+		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
+			return 1, fmt.Errorf("%d of %d certificates do not match the labels", mismatches, len(found))
+		})(cmd, args)
+	}
+	return nil
 }

@@ -28,43 +28,56 @@ const MaxLineBytes = 1 << 20
 // file path. Errors name the source (without a password) and, for a
 // malformed line, its number.
 func Load(ctx context.Context, src string, stdin io.Reader) (*Sample, error) {
+	var s *Sample
+	err := read(ctx, src, stdin, func(r io.Reader) (err error) {
+		s, err = ReadSample(r)
+		return err
+	})
+	return s, err
+}
+
+// LoadRaw reads src as Load does, and also keeps each line's text, as
+// ReadSampleRaw does: for certificates.
+func LoadRaw(ctx context.Context, src string, stdin io.Reader) (*Sample, [][]byte, error) {
+	var s *Sample
+	var raw [][]byte
+	err := read(ctx, src, stdin, func(r io.Reader) (err error) {
+		s, raw, err = ReadSampleRaw(r)
+		return err
+	})
+	return s, raw, err
+}
+
+// read opens src and hands its lines to readAll; errors name the source.
+func read(ctx context.Context, src string, stdin io.Reader, readAll func(io.Reader) error) error {
+	var body io.Reader
+	name := src
 	switch {
 	case src == "-":
-		lines, err := ReadSample(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading standard input: %w", err)
-		}
-		return lines, nil
+		body, name = stdin, "standard input"
 	case hasPrefixFold(src, "http://") || hasPrefixFold(src, "https://"):
-		return fetch(ctx, src)
+		rc, redacted, err := openURL(ctx, src)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		body, name = rc, "GET "+redacted
+	default:
+		f, err := os.Open(src)
+		if err != nil {
+			return err // *PathError names the file
+		}
+		defer f.Close()
+		body = f
 	}
-	f, err := os.Open(src)
-	if err != nil {
-		return nil, err // *PathError names the file
+	if err := readAll(body); err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
 	}
-	defer f.Close()
-	lines, err := ReadSample(f)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", src, err)
-	}
-	return lines, nil
+	return nil
 }
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-func fetch(ctx context.Context, raw string) (*Sample, error) {
-	body, name, err := openURL(ctx, raw)
-	if err != nil {
-		return nil, err
-	}
-	defer body.Close()
-	lines, err := ReadSample(body)
-	if err != nil {
-		return nil, fmt.Errorf("reading GET %s: %w", name, err)
-	}
-	return lines, nil
 }
 
 // openURL opens an http(s) `/labels` URL through the review API's client
@@ -88,8 +101,24 @@ func openURL(ctx context.Context, raw string) (io.ReadCloser, string, error) {
 // calibration needs, for large inputs.
 func ReadLines(r io.Reader) ([]Line, error) {
 	var lines []Line
-	err := scanLines(r, func(l Line) { lines = append(lines, l) })
+	err := scanLines(r, func(l Line, _ []byte) { lines = append(lines, l) })
 	return lines, err
+}
+
+// ReadSampleRaw reads `/labels` as ReadSample does, and also keeps each
+// line's text, in the order added: what a certificate's digest is
+// computed over.
+func ReadSampleRaw(r io.Reader) (*Sample, [][]byte, error) {
+	s := NewSample()
+	var raw [][]byte
+	err := scanLines(r, func(l Line, text []byte) {
+		s.Add(l)
+		raw = append(raw, bytes.Clone(text))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, raw, nil
 }
 
 // ReadSample reads `/labels` NDJSON as ReadLines does, one line at a time,
@@ -106,11 +135,11 @@ func ReadSample(r io.Reader) (*Sample, error) {
 // AddFrom adds the `/labels` lines of r to s, as ReadSample reads them. On
 // an error the lines before the bad one stay added.
 func (s *Sample) AddFrom(r io.Reader) error {
-	return scanLines(r, s.Add)
+	return scanLines(r, func(l Line, _ []byte) { s.Add(l) })
 }
 
 // scanLines parses each line of r and hands it to add, in order.
-func scanLines(r io.Reader, add func(Line)) error {
+func scanLines(r io.Reader, add func(Line, []byte)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
 	num := 0
@@ -124,7 +153,7 @@ func scanLines(r io.Reader, add func(Line)) error {
 		if err != nil {
 			return fmt.Errorf("line %d: %v", num, err)
 		}
-		add(l)
+		add(l, raw)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -154,6 +183,7 @@ type wireLine struct {
 	AuditFrom  *float64 `json:"audit_from"`
 	Route      *string  `json:"route"`
 	TS         *string  `json:"ts"`
+	Org        *string  `json:"org"`
 }
 
 func parseLine(raw []byte) (Line, error) {
@@ -171,16 +201,20 @@ func parseLine(raw []byte) (Line, error) {
 	if l.Draw, err = makeDraw(w.AuditP, w.AuditFloor, w.AuditFrom); err != nil {
 		return parseLineStrict(raw)
 	}
-	if err := l.readOptional(w.Entry, w.RequestID, w.Route, w.TS); err != nil {
+	if err := l.readOptional(w.Entry, w.RequestID, w.Route, w.TS, w.Org); err != nil {
 		return Line{}, err
 	}
 	return l.finish()
 }
 
-// readOptional reads the fields that order and identify a line: entry,
-// request_id, route and ts. Each may be absent (a file written by hand or
-// by an older gateway); an entry that is there must be a stream id.
-func (l *Line) readOptional(entry, requestID, route, ts *string) error {
+// readOptional reads the fields that order, identify and place a line:
+// entry, request_id, route, ts and org. Each may be absent (a file written
+// by hand or by an older gateway); an entry that is there must be a
+// stream id.
+func (l *Line) readOptional(entry, requestID, route, ts, org *string) error {
+	if org != nil {
+		l.Org = *org
+	}
 	if entry != nil {
 		id, ok := ParseEntryID(*entry)
 		if !ok {
@@ -255,8 +289,8 @@ func parseLineStrict(raw []byte) (Line, error) {
 	if l.HasConfidence && !(l.Confidence >= 0 && l.Confidence <= 1) {
 		return Line{}, fmt.Errorf("\"confidence\" is %s, want %s", abbreviate(fields["confidence"]), wantConfidence)
 	}
-	var optional [4]*string
-	for i, name := range []string{"entry", "request_id", "route", "ts"} {
+	var optional [5]*string
+	for i, name := range []string{"entry", "request_id", "route", "ts", "org"} {
 		var v string
 		if raw, ok := fields[name]; ok && json.Unmarshal(raw, &v) == nil {
 			optional[i] = &v
@@ -264,7 +298,7 @@ func parseLineStrict(raw []byte) (Line, error) {
 			return Line{}, fmt.Errorf("\"entry\" is %s, want a stream entry id such as 1764000000000-0", abbreviate(raw))
 		}
 	}
-	if err := l.readOptional(optional[0], optional[1], optional[2], optional[3]); err != nil {
+	if err := l.readOptional(optional[0], optional[1], optional[2], optional[3], optional[4]); err != nil {
 		return Line{}, err
 	}
 	return l.finish()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -48,6 +49,7 @@ type groupJSON struct {
 	Model          string   `json:"model"`
 	Type           string   `json:"type"`
 	Question       string   `json:"question"`
+	Org            string   `json:"org"`
 	Labels         int      `json:"labels"`
 	Threshold      *float64 `json:"threshold"`
 	Agree          int      `json:"agree"`
@@ -60,7 +62,7 @@ type groupJSON struct {
 }
 
 // MarshalJSON writes the contract's `--json` document: {"target", "delta",
-// "ignored", "groups": [{"model", "type", "question", "labels",
+// "ignored", "groups": [{"model", "type", "question", "org", "labels",
 // "threshold", "agree", "n", "entries", "lower_bound", "coverage",
 // "labels_needed", "labels_expected"}]}, with an unrounded threshold, or
 // null; lower_bound null where the method has none, labels_expected null
@@ -69,7 +71,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	for _, g := range r.Groups {
 		gj := groupJSON{
-			Model: g.Model, Type: g.Type, Question: g.Question, Labels: g.Labels,
+			Model: g.Model, Type: g.Type, Question: g.Question, Org: g.Org, Labels: g.Labels,
 			Agree: g.Agree, N: g.N, Entries: g.Entries, Coverage: g.Coverage,
 			LabelsNeeded: g.LabelsNeeded,
 		}
@@ -160,6 +162,9 @@ func WriteTable(w io.Writer, r Result) error {
 }
 
 func groupQuestion(g Group) string {
+	if g.Org != "" {
+		return "org " + display(g.Org)
+	}
 	if g.Question == "" {
 		return "-"
 	}
@@ -232,8 +237,26 @@ func WriteFragment(w io.Writer, r Result) error {
 	for i := 0; i < len(r.Groups); {
 		model := r.Groups[i].Model
 		var body []string
+		orgs := map[string][]string{} // org -> its lines, in type order
+		var orgOrder []string
 		for ; i < len(r.Groups) && r.Groups[i].Model == model; i++ {
 			g := r.Groups[i]
+			if g.Org != "" {
+				// An org of its own never falls back to the pooled line:
+				// without a threshold, its type routes human.
+				line := g.Type + " human"
+				if g.HasThreshold {
+					line = g.Type + " " + FormatThreshold(g.Threshold)
+					if g.Cert != "" {
+						line += " cert " + g.Cert
+					}
+				}
+				if _, ok := orgs[g.Org]; !ok {
+					orgOrder = append(orgOrder, g.Org)
+				}
+				orgs[g.Org] = append(orgs[g.Org], line)
+				continue
+			}
 			if !g.HasThreshold {
 				if tg, ok := typeGroup(r.Groups, g); ok && g.Question != "" && tg.HasThreshold {
 					body = append(body, fmt.Sprintf("# question %s: no threshold of its own; it takes %s %s, computed without its labels",
@@ -242,6 +265,9 @@ func WriteFragment(w io.Writer, r Result) error {
 				continue
 			}
 			t := FormatThreshold(g.Threshold)
+			if g.Cert != "" {
+				t += " cert " + g.Cert
+			}
 			if g.Question == "" {
 				body = append(body, g.Type+" "+t)
 				continue
@@ -251,6 +277,19 @@ func WriteFragment(w io.Writer, r Result) error {
 			} else {
 				body = append(body, fmt.Sprintf("# question %s %s: no Caddyfile token can hold this id; set it in the JSON config", quoteNote(g.Question), t))
 			}
+		}
+		slices.Sort(orgOrder)
+		for _, org := range orgOrder {
+			name, ok := caddyfileToken(org)
+			if !ok {
+				body = append(body, fmt.Sprintf("# org %s: no Caddyfile token can hold this name; set it in the JSON config", quoteNote(org)))
+				continue
+			}
+			body = append(body, "org "+name+" {")
+			for _, line := range orgs[org] {
+				body = append(body, "\t"+line)
+			}
+			body = append(body, "}")
 		}
 		version, ok := caddyfileToken(model)
 		if !ok {

@@ -169,7 +169,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	nulls := 0
 	for _, g := range groups {
-		if got := keys(g); got != "agree coverage entries labels labels_expected labels_needed lower_bound model n question threshold type" {
+		if got := keys(g); got != "agree coverage entries labels labels_expected labels_needed lower_bound model n org question threshold type" {
 			t.Errorf("group fields: %s", got)
 		}
 		if g["threshold"] == nil {
@@ -253,7 +253,7 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"--target", "-0.5", "testdata/labels.ndjson"}, "--target -0.5 is not between 0 and 1"},
 		{[]string{"--target", "0.9", "--delta", "0", "testdata/labels.ndjson"}, "--delta 0 is not between 0 and 1"},
 		{[]string{"--target", "0.9", "--delta", "1.5", "testdata/labels.ndjson"}, "--delta 1.5 is not between 0 and 1"},
-		{[]string{"--target", "0.9", "--by", "model", "testdata/labels.ndjson"}, `--by "model" is not "type" or "question"`},
+		{[]string{"--target", "0.9", "--by", "model", "testdata/labels.ndjson"}, `--by "model" is not "type", "question" or "org"`},
 		{[]string{"--target", "0.9", "--min-labels", "0", "testdata/labels.ndjson"}, "--min-labels 0 is less than 1"},
 		{[]string{"--target", "high", "testdata/labels.ndjson"}, `invalid argument "high" for "--target"`},
 		{[]string{"--target", "0.9", "testdata/missing.ndjson"}, "testdata/missing.ndjson: no such file"},

@@ -209,6 +209,9 @@ func TestPremiseLinesTwice(t *testing.T) {
 			t.Errorf("%s: %d duplicates, want %d", method, b.Duplicates, len(once))
 		}
 		b.Duplicates = 0
+		for i := range a.Groups { // the places of the lines kept differ: the same lines, added twice
+			a.Groups[i].lines, b.Groups[i].lines = nil, nil
+		}
 		if fmt.Sprint(a) != fmt.Sprint(b) {
 			t.Errorf("%s: lines twice\n%+v\nonce\n%+v", method, b, a)
 		}

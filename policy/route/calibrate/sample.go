@@ -60,20 +60,26 @@ type Sample struct {
 	nameIndex map[groupName]uint32
 	draws     []Draw
 	drawIndex map[Draw]uint32
+	orgs      []string
+	orgIndex  map[string]uint32
 	// duplicates counts the lines dropped as duplicates so far.
 	duplicates int
-	deduped    bool
+	// added counts the lines added, duplicates included: a line's place.
+	added   int
+	deduped bool
 }
 
 // groupName is a line's (model, type, question), held once per sample.
 type groupName struct{ model, typ, question string }
 
-// record is one line as the calibration keeps it: 64 bytes.
+// record is one line as the calibration keeps it: 72 bytes.
 type record struct {
 	entryMs, entrySeq uint64
 	labelled          int64     // `ts`, ns since the epoch; 0 when unknown
 	key               [2]uint64 // hash of (model, request_id, question)
-	index             uint32    // the line's place in the input
+	index             uint32    // the line's place in the input, renumbered by dedupe
+	line              uint32    // the line's place in the input, kept
+	org               uint32    // into Sample.orgs
 	name              uint32    // into Sample.names
 	draw              uint32    // into Sample.draws
 	confidence        float64
@@ -97,7 +103,7 @@ func (r *record) is(f recordFlags) bool { return r.flags&f != 0 }
 
 // NewSample returns an empty sample.
 func NewSample() *Sample {
-	return &Sample{nameIndex: map[groupName]uint32{}, drawIndex: map[Draw]uint32{}}
+	return &Sample{nameIndex: map[groupName]uint32{}, drawIndex: map[Draw]uint32{}, orgIndex: map[string]uint32{}}
 }
 
 // Lines is the number of lines held, duplicates dropped so far excluded.
@@ -115,7 +121,7 @@ var seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
 // Add adds one line.
 func (s *Sample) Add(l Line) {
-	if len(s.records) == math.MaxUint32 {
+	if s.added == math.MaxUint32 {
 		panic("calibrate: more than 4294967295 lines in one sample")
 	}
 	n := groupName{l.Model, l.Type, l.Question}
@@ -131,10 +137,17 @@ func (s *Sample) Add(l Line) {
 		s.draws = append(s.draws, l.Draw)
 		s.drawIndex[l.Draw] = di
 	}
+	oi, ok := s.orgIndex[l.Org]
+	if !ok {
+		oi = uint32(len(s.orgs))
+		s.orgs = append(s.orgs, l.Org)
+		s.orgIndex[l.Org] = oi
+	}
 	r := record{
 		entryMs: l.Entry.Ms, entrySeq: l.Entry.Seq, labelled: l.Labelled,
-		index: uint32(len(s.records)), name: ni, draw: di, confidence: l.Confidence,
+		index: uint32(s.added), line: uint32(s.added), name: ni, draw: di, org: oi, confidence: l.Confidence,
 	}
+	s.added++
 	for _, f := range []struct {
 		on   bool
 		flag recordFlags
