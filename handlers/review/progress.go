@@ -97,8 +97,8 @@ func progressOptions(query url.Values) (calibrate.Options, errorList) {
 	fraction("target", &opts.Target, true)
 	fraction("delta", &opts.Delta, false)
 	if v, ok := query["by"]; ok {
-		if v[0] != calibrate.ByType && v[0] != calibrate.ByQuestion {
-			expected := literals([]string{calibrate.ByType, calibrate.ByQuestion})
+		if v[0] != calibrate.ByType && v[0] != calibrate.ByQuestion && v[0] != calibrate.ByOrg {
+			expected := literals([]string{calibrate.ByType, calibrate.ByQuestion, calibrate.ByOrg})
 			errs.add("literal_error", loc("query", "by"), "Input should be "+expected, jsonString(v[0]), map[string]any{"expected": expected})
 		} else {
 			opts.By = v[0]

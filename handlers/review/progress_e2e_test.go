@@ -85,6 +85,7 @@ func TestReviewProgress(t *testing.T) {
 		{"target=0.9", "--target 0.9"},
 		{"target=0.9&delta=0.1", "--target 0.9 --delta 0.1"},
 		{"target=0.8&by=question&min_labels=30", "--target 0.8 --by question --min-labels 30"},
+		{"target=0.8&by=org&min_labels=5", "--target 0.8 --by org --min-labels 5"},
 		{"target=0.99&delta=0.2&by=type&min_labels=99999999999999999999", "--target 0.99 --delta 0.2"},
 		{"target=0.9&delta=1e-300", "--target 0.9 --delta 1e-300"},
 		{"target=0.9&method=uniform", "--target 0.9 --method uniform"},

@@ -71,7 +71,7 @@ func TestDocFragments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var question, routeBlock string
+	var question, routeBlock, orgBlock string
 	for _, b := range fencedBlocks(string(doc)) {
 		s := strings.TrimSpace(b)
 		switch {
@@ -79,6 +79,17 @@ func TestDocFragments(t *testing.T) {
 			question = s
 		case strings.HasPrefix(s, "route {") && strings.Contains(s, "include_content"):
 			routeBlock = s
+		case strings.HasPrefix(s, "route {") && strings.Contains(s, "org "):
+			orgBlock = s
+		}
+	}
+	if orgBlock == "" {
+		t.Fatal("the per-organization block is not found")
+	}
+	raw := adaptRoute(t, "\t\t"+strings.ReplaceAll(orgBlock, "\n", "\n\t\t")+"\n", false)
+	for _, want := range []string{`"org":"acme"`, `"7e1f0a3c9b2d4e68"`, `"org":"hardco"`, `"human":true`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("the per-organization block adapted to %s, without %s", raw, want)
 		}
 	}
 	if question == "" || routeBlock == "" {
@@ -88,7 +99,7 @@ func TestDocFragments(t *testing.T) {
 	if th, ok := thresholdOf(r, "service-1.0.0", `{env.HOME} "late"`); !ok || th != 0.8 {
 		t.Errorf("%s: threshold %v %v for the id {env.HOME} \"late\"", question, th, ok)
 	}
-	raw := adaptRoute(t, "\t\t"+strings.ReplaceAll(routeBlock, "\n", "\n\t\t")+"\n", false)
+	raw = adaptRoute(t, "\t\t"+strings.ReplaceAll(routeBlock, "\n", "\n\t\t")+"\n", false)
 	if !strings.Contains(string(raw), `"include_content":true`) || !strings.Contains(string(raw), `"audit":0.05`) {
 		t.Errorf("route block adapted to %s", raw)
 	}
