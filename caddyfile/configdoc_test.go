@@ -178,12 +178,21 @@ func configSections(text string) map[string]*docSection {
 	return sections
 }
 
+// literalPair is an optional keyword with its one literal value, `[by org]`.
+var literalPair = regexp.MustCompile(`\[([a-z_]+) ([a-z_]+)\]`)
+
 // keywords are the words of an argument spec that introduce an argument
 // of their own: a literal word followed by a <placeholder> ("maxlen" in
-// `<stream> [maxlen <n>]`, "active" in `<fraction>|active <share>`).
+// `<stream> [maxlen <n>]`, "active" in `<fraction>|active <share>`), and
+// both words of an optional literal pair ("by" and "org" in `[by org]`).
 func keywords(spec string) []string {
-	fields := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(spec))
 	var out []string
+	// An optional pair of literal words (`[by org]`) is a keyword and the
+	// one value it takes: the page's row names both.
+	for _, m := range literalPair.FindAllStringSubmatch(spec, -1) {
+		out = append(out, m[1], m[2])
+	}
+	fields := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(spec))
 	for i := 0; i+1 < len(fields); i++ {
 		alternatives := strings.Split(fields[i], "|")
 		word := alternatives[len(alternatives)-1]
