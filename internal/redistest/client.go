@@ -12,7 +12,12 @@ import (
 // CountHook is a go-redis hook that counts what a client sends: Sent is
 // round trips (a command or a pipeline each), Scripts the EVAL and EVALSHA
 // commands among them. Add it with client.AddHook.
-type CountHook struct{ Sent, Scripts atomic.Int64 }
+type CountHook struct {
+	Sent, Scripts atomic.Int64
+	// Except, when set, leaves out of Scripts the scripts it reports
+	// true for (a store's health probe, say).
+	Except func(redis.Cmder) bool
+}
 
 // DialHook implements redis.Hook.
 func (h *CountHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -38,7 +43,7 @@ func (h *CountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 func (h *CountHook) count(cmd redis.Cmder) {
-	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+	if n := cmd.Name(); (n == "evalsha" || n == "eval") && (h.Except == nil || !h.Except(cmd)) {
 		h.Scripts.Add(1)
 	}
 }

@@ -178,6 +178,24 @@ func (s *Store) probe(h *health) {
 // serve them, where a PING would be answered.
 var probeScript = redis.NewScript(`return redis.call('EXISTS', KEYS[1])`)
 
+// IsProbe reports whether cmd runs the health probe's script: for a hook
+// that tells the store's own traffic from its probing of a lost node.
+func IsProbe(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	switch name, _ := args[0].(string); strings.ToLower(name) {
+	case "evalsha":
+		sha, _ := args[1].(string)
+		return sha == probeScript.Hash()
+	case "eval":
+		src, _ := args[1].(string)
+		return src == "return redis.call('EXISTS', KEYS[1])"
+	}
+	return false
+}
+
 // answers reports whether h's node serves the store's scripts again,
 // within store_timeout: the probe script on the key of its last failed
 // call. A key whose slot has moved to another master (a failover) counts

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -394,5 +395,30 @@ func TestProbeIsKeyed(t *testing.T) {
 	mustAdmit(t, s, "acme", c)
 	if lost, back := s.logs.FilterMessage("redis lost").Len(), s.logs.FilterMessage("redis back").Len(); lost != 1 || back != 1 {
 		t.Errorf("%d `redis lost` and %d `redis back` entries, want one each", lost, back)
+	}
+}
+
+// IsProbe tells the probe's script from the store's own, as a counting
+// hook sees them (EVALSHA first, EVAL after a NOSCRIPT).
+func TestIsProbe(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	hook := &redistest.CountHook{Except: IsProbe}
+	c.AddHook(hook)
+	ctx := context.Background()
+	for range 2 { // the first runs EVALSHA, gets NOSCRIPT, then EVAL
+		if err := probeScript.Run(ctx, c, []string{"k"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := hook.Scripts.Load(); n != 0 {
+		t.Fatalf("%d probe scripts counted", n)
+	}
+	if err := redis.NewScript(`return 1`).Run(ctx, c, []string{"k"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := hook.Scripts.Load(); n == 0 {
+		t.Fatal("another script was not counted")
 	}
 }
