@@ -98,6 +98,7 @@ func checkShares(t *testing.T, name string, handled, naive float64) {
 // entry's share of agreeing questions); counting each question as an
 // observation treats five copies of one state as five pieces of evidence.
 func TestSimulationCorrelatedQuestions(t *testing.T) {
+	simulationOnly(t)
 	run := func(perQuestion bool) func(*rand.Rand) bool {
 		return func(rng *rand.Rand) bool {
 			l := NewLedger(simParams)
@@ -124,6 +125,7 @@ func TestSimulationCorrelatedQuestions(t *testing.T) {
 // repeats each answer it saw judged wrong five more times, and each copy is
 // audited and labelled truthfully.
 func TestSimulationDuplicates(t *testing.T) {
+	simulationOnly(t)
 	run := func(dedup bool) func(*rand.Rand) bool {
 		return func(rng *rand.Rand) bool {
 			l := NewLedger(simParams)
@@ -157,6 +159,7 @@ func TestSimulationDuplicates(t *testing.T) {
 // order once settled; taken in the order labels were stored, the
 // disagreements come in bursts.
 func TestSimulationLabelOrder(t *testing.T) {
+	simulationOnly(t)
 	const sitting, settle = 100, 120 // minutes
 	run := func(entryOrder bool) func(*rand.Rand) bool {
 		return func(rng *rand.Rand) bool {
@@ -196,6 +199,7 @@ func TestSimulationLabelOrder(t *testing.T) {
 // the default, 10 minutes... and a margin: 15) after its first label, with
 // the labels current then. Taken at the first label, the errors count.
 func TestSimulationCorrections(t *testing.T) {
+	simulationOnly(t)
 	const correctAfter = 10
 	run := func(settle int64) func(*rand.Rand) bool {
 		return func(rng *rand.Rand) bool {
@@ -235,6 +239,7 @@ func TestSimulationCorrections(t *testing.T) {
 // alarms stay within alpha; a reset that started afresh at the same level
 // would spend it again every time.
 func TestSimulationResets(t *testing.T) {
+	simulationOnly(t)
 	run := func(spend bool) func(*rand.Rand) bool {
 		return func(rng *rand.Rand) bool {
 			l := NewLedger(simParams)
@@ -261,6 +266,7 @@ func TestSimulationResets(t *testing.T) {
 // settle, alpha/2 for the first sequence) the monitor still catches it,
 // in every run, within 800 entries of the fall.
 func TestSimulationPower(t *testing.T) {
+	simulationOnly(t)
 	var after []int
 	for r := range simRuns {
 		rng := rand.New(rand.NewPCG(6, uint64(r)))

@@ -76,6 +76,7 @@ func TestAnytimeLabelsNeeded(t *testing.T) {
 // crash and with a finite labels_needed: down to delta 1e-300, with one
 // disagreeing line (which once overflowed the search).
 func TestExtremeOptions(t *testing.T) {
+	simulationOnly(t)
 	lines := []Line{simLine(0, 0, 0.9, false), simLine(1, 0, 0.8, true), simLine(2, 0, 0.95, true)}
 	for _, method := range Methods {
 		for _, target := range []float64{1e-9, 0.5, 0.999999} {

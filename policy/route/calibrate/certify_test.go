@@ -180,6 +180,7 @@ func TestByOrgHardOrgIsHuman(t *testing.T) {
 // under the target. Without the org's own group, it would get the pooled
 // line again, and the test fails.
 func TestByOrgCatchesHardOrg(t *testing.T) {
+	simulationOnly(t)
 	const runs, target = 60, 0.9
 	rng := rand.New(rand.NewPCG(9, 28))
 	hardAuto := func(res calibrate.Result) bool {

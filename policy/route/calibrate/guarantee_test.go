@@ -125,6 +125,7 @@ func calibrated(target, delta float64) func([]Line) (float64, float64, bool) {
 // TestGuaranteeLogistic: agreement rises with confidence along a logistic
 // curve, as a judge model's usually does; a realistic case.
 func TestGuaranteeLogistic(t *testing.T) {
+	simulationOnly(t)
 	const target, delta = 0.95, 0.05
 	pop := gridPopulation(logistic(-2, 8)) // P(agree) 0.12 at 0, 0.5 at 0.25, 0.88 at 0.5, 0.998 at 1
 	t.Parallel()
@@ -157,6 +158,7 @@ func TestGuaranteeLogistic(t *testing.T) {
 // and passes with probability 0.899^29 = 0.046: the failure share is close
 // to delta, as tight as the method allows.
 func TestGuaranteeFlat(t *testing.T) {
+	simulationOnly(t)
 	const target, delta = 0.9, 0.05
 	flat := func(float64) float64 { return 0.899 }
 	pop := population{

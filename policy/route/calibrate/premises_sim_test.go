@@ -123,6 +123,7 @@ func activeEntries(n int, p float64) func(r *rand.Rand) [][]Line {
 // against 0.9. The anytime and weighted methods hold; the one-look method
 // does not, which is why it is not the default.
 func TestPremiseLooks(t *testing.T) {
+	simulationOnly(t)
 	runs := simRuns(30, 400)
 	bound := simBound(runs)
 	anytime := failureShare(t, runs, 20, MethodAnytime, flatEntries(1000, 0.895))
@@ -144,6 +145,7 @@ func TestPremiseLooks(t *testing.T) {
 // agree or all disagree together, at one confidence), agreement 0.85, one
 // look at 400 entries.
 func TestPremiseCorrelatedQuestions(t *testing.T) {
+	simulationOnly(t)
 	runs := simRuns(100, 1000)
 	scenario := func(r *rand.Rand) [][]Line {
 		out := make([][]Line, 400)
@@ -166,6 +168,7 @@ func TestPremiseCorrelatedQuestions(t *testing.T) {
 // request_id and answer in the next entries, audited again), agreement
 // 0.88, one look, in every method.
 func TestPremiseDuplicates(t *testing.T) {
+	simulationOnly(t)
 	runs := simRuns(100, 1000)
 	scenario := func(r *rand.Rand) [][]Line {
 		const n, copies = 300, 6
@@ -222,6 +225,7 @@ func TestPremiseLinesTwice(t *testing.T) {
 // disagreements were labelled last (the hard entries kept for the end of
 // the day). Agreement 0.88, one look at 1,000 entries.
 func TestPremiseLabelOrder(t *testing.T) {
+	simulationOnly(t)
 	runs := simRuns(100, 1000)
 	scenario := func(r *rand.Rand) [][]Line {
 		entries := flatEntries(1000, 0.88)(r)
@@ -248,6 +252,7 @@ func TestPremiseLabelOrder(t *testing.T) {
 // (the first, then the second). Agreement 0.85 (0.97 at first pass), one
 // look.
 func TestPremiseCorrections(t *testing.T) {
+	simulationOnly(t)
 	runs := simRuns(100, 1000)
 	scenario := func(r *rand.Rand) [][]Line {
 		entries := flatEntries(800, 0.85)(r)
@@ -277,6 +282,7 @@ func TestPremiseCorrections(t *testing.T) {
 // and 0.75 on hard ones (60% of the traffic): 0.838 over the traffic,
 // below the target 0.9, while the drawn sample agrees about 0.94.
 func TestPremiseReplayedActiveLines(t *testing.T) {
+	simulationOnly(t)
 	runs := simRuns(60, 600)
 	scenario := func(r *rand.Rand) [][]Line {
 		var out [][]Line

@@ -69,6 +69,7 @@ func (w weightedRuns) check(t *testing.T, name string, delta float64) {
 // walk then passes below from only through the importance-weighted betting
 // test).
 func TestWeightedGuarantee(t *testing.T) {
+	simulationOnly(t)
 	t.Parallel()
 	const delta = 0.05
 	runs := 1000
@@ -101,6 +102,7 @@ func TestWeightedGuarantee(t *testing.T) {
 // uniform (the draw forgotten) fail far more often on the late curve:
 // the simulation can tell a method that ignores the weights.
 func TestWeightedGuaranteeFlat(t *testing.T) {
+	simulationOnly(t)
 	t.Parallel()
 	const delta = 0.05
 	runs := 1000

@@ -1,0 +1,5 @@
+//go:build !race
+
+package guarantee
+
+const raceEnabled = false
