@@ -67,6 +67,20 @@ type powerRun struct {
 	first, covered int
 }
 
+// reported records a threshold reported at entry n: the first one, and
+// whether its true coverage reaches powerShare of best (then the run is
+// done).
+func (p *powerRun) reported(n int, g grid, threshold, best float64) (done bool) {
+	if p.first == 0 {
+		p.first = n
+	}
+	if _, cov := g.truth(threshold); cov >= powerShare*best {
+		p.covered = n
+		return true
+	}
+	return false
+}
+
 // entryLines draws one entry of q questions from g: one confidence for
 // the entry; with one question its agreement is drawn at that confidence;
 // with more, half of the entries have one agreement shared by all their
@@ -101,11 +115,7 @@ func anytimeRun(r *rand.Rand, g grid, target, delta float64, q int) powerRun {
 		if lowest < 0 {
 			continue
 		}
-		if out.first == 0 {
-			out.first = n
-		}
-		if _, cov := g.truth(gridValue(lowest)); cov >= powerShare*best {
-			out.covered = n
+		if out.reported(n, g, gridValue(lowest), best) {
 			return out
 		}
 	}
@@ -150,11 +160,7 @@ func uniformRun(r *rand.Rand, g grid, target, delta float64) powerRun {
 		if !has {
 			continue
 		}
-		if out.first == 0 {
-			out.first = e
-		}
-		if _, cov := g.truth(gridValue(threshold)); cov >= powerShare*best {
-			out.covered = e
+		if out.reported(e, g, gridValue(threshold), best) {
 			return out
 		}
 	}
@@ -197,7 +203,7 @@ func orgRun(r *rand.Rand, g grid, target, delta float64, orgs int) (pooled int, 
 
 // quantile is the q-quantile of xs (0 meaning "not within the horizon",
 // counted as the largest), formatted; "> horizon" when it falls there.
-func quantile(xs []int, q float64) string {
+func quantile(xs []int, q float64, horizon int) string {
 	s := slices.Clone(xs)
 	for i, x := range s {
 		if x == 0 {
@@ -207,7 +213,7 @@ func quantile(xs []int, q float64) string {
 	slices.Sort(s)
 	v := s[min(len(s)-1, int(math.Ceil(q*float64(len(s))))-1)]
 	if v == math.MaxInt {
-		return "> " + strconv.Itoa(powerHorizon)
+		return "> " + strconv.Itoa(horizon)
 	}
 	return strconv.Itoa(v)
 }
@@ -222,6 +228,7 @@ func powerTable(runs int, targets []float64, curves []curve) string {
 		g := c.grid()
 		for _, target := range targets {
 			t, best := g.best(target)
+			const h = powerHorizon
 			rows := []struct {
 				name string
 				run  func(r *rand.Rand) powerRun
@@ -237,7 +244,7 @@ func powerTable(runs int, targets []float64, curves []curve) string {
 					first, covered = append(first, p.first), append(covered, p.covered)
 				}
 				fmt.Fprintf(&b, "| %s | %.2f | %.2f (%.0f%%) | %s | %s, %s | %s, %s |\n", c.name, target, t, 100*best, row.name,
-					quantile(first, 0.5), quantile(first, 0.8), quantile(covered, 0.5), quantile(covered, 0.8))
+					quantile(first, 0.5, h), quantile(first, 0.8, h), quantile(covered, 0.5, h), quantile(covered, 0.8, h))
 			}
 		}
 	}
@@ -254,6 +261,7 @@ func orgTable(runs int, targets []float64, curves []curve) string {
 	for _, c := range curves {
 		g := c.grid()
 		for _, target := range targets {
+			const h = orgs * powerHorizon // orgRun's horizon, all orgs' entries
 			var pooled, each, all []int
 			for run := range runs {
 				p, own := orgRun(rand.New(rand.NewPCG(uint64(run), 2029)), g, target, simDelta, orgs)
@@ -266,7 +274,7 @@ func orgTable(runs int, targets []float64, curves []curve) string {
 				all = append(all, last)
 			}
 			fmt.Fprintf(&b, "| %s | %.2f | %s (%s) | %s (%s) | %s (%s) |\n", c.name, target,
-				quantile(pooled, 0.5), quantile(pooled, 0.8), quantile(each, 0.5), quantile(each, 0.8), quantile(all, 0.5), quantile(all, 0.8))
+				quantile(pooled, 0.5, h), quantile(pooled, 0.8, h), quantile(each, 0.5, h), quantile(each, 0.8, h), quantile(all, 0.5, h), quantile(all, 0.8, h))
 		}
 	}
 	return b.String()
@@ -386,8 +394,8 @@ func TestPowerSmoke(t *testing.T) {
 			anytime = append(anytime, anytimeRun(rand.New(rand.NewPCG(uint64(run), 2028)), c.grid(), 0.9, simDelta, 1).first)
 			uniform = append(uniform, uniformRun(rand.New(rand.NewPCG(uint64(run), 2028)), c.grid(), 0.9, simDelta).first)
 		}
-		a, _ := strconv.Atoi(quantile(anytime, 0.5))
-		u, _ := strconv.Atoi(quantile(uniform, 0.5))
+		a, _ := strconv.Atoi(quantile(anytime, 0.5, powerHorizon))
+		u, _ := strconv.Atoi(quantile(uniform, 0.5, powerHorizon))
 		t.Logf("%s at 0.90, %d runs: median entries to a first threshold anytime %d, uniform %d", c.name, runs, a, u)
 		if c.name != flatCurve.name && (a == 0 || u == 0 || a > 2*u) {
 			t.Errorf("every entry agreeing: anytime's median %d entries to a first threshold is not within twice uniform's %d", a, u)
