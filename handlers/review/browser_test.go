@@ -3,6 +3,8 @@ package review_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -163,5 +165,118 @@ func TestBrowserLabelsWithoutContent(t *testing.T) {
 	s.redis.Restart()
 	tb.key("r")
 	tb.waitFor(`document.body.dataset.status === 'empty' && document.getElementById('error').hidden`)
+	b.noProblems()
+}
+
+// labelOrg writes n audited entries of org, one yes/no question each at
+// confidence 0.9, and labels them: agree of them agree with the model.
+func (s *stack) labelOrg(t *testing.T, org string, n, agree int) {
+	t.Helper()
+	for i := range n {
+		label := "true"
+		if i >= agree {
+			label = "false"
+		}
+		id := s.addEntry(t, true, "request_id", fmt.Sprintf("r-%s-%d", org, i), "org", org,
+			"questions", `[{"id":"q","type":"noul","route":"auto","confidence":0.9,"answer":0.8}]`)
+		if resp, body := s.call(t, http.MethodPut, "/review/items/"+id+"/labels", `{"labels":{"q":`+label+`},"reviewer":"ann"}`); resp.StatusCode != 204 {
+			t.Fatalf("PUT: %d %s", resp.StatusCode, body)
+		}
+	}
+}
+
+// The progress panel per organization: the reviewer picks the grouping,
+// the panel asks /progress?by=org and shows each group's organization
+// (the pool of the others as such), its labels, labels_needed and
+// labels_expected as /progress gives them; the choice is remembered.
+func TestBrowserProgressByOrg(t *testing.T) {
+	b := startBrowser(t)
+	s := newStack(t, stackOptions{})
+	s.labelOrg(t, "acme", 45, 45) // an org of its own, with a threshold at 0.9
+	s.labelOrg(t, "beta", 25, 24) // too few for a group: pooled, no threshold yet
+	s.labelOrg(t, "gamma", 3, 3)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tb := b.newTab(ctx)
+	tb.navigate(s.url + "/review/")
+	tb.eval(`localStorage.setItem('systemone-review.target', '0.9')`, nil)
+	tb.navigate(s.url + "/review/")
+	// By model and type (the default): one group, no organization.
+	tb.waitFor(`document.getElementById('progress-status').dataset.by === 'type' && document.querySelectorAll('#groups tbody tr').length === 1`)
+	var note bool
+	tb.eval(`document.getElementById('by-note').hidden`, &note)
+	if !note {
+		t.Error("the per-organization note shows while grouping by type")
+	}
+
+	// The reviewer picks per organization.
+	tb.click("#by")
+	tb.eval(`(() => { const s = document.getElementById('by'); s.value = 'org'; s.dispatchEvent(new Event('change')); })()`, nil)
+	tb.waitFor(`document.getElementById('progress-status').dataset.by === 'org' && document.getElementById('progress-status').dataset.target === '0.9'`)
+
+	type row struct{ Org, Shown, Labels, Needed, Expected string }
+	readRows := func() []row {
+		var rows []row
+		tb.eval(`[...document.querySelectorAll('#groups tbody tr')].map(r => ({Org: r.dataset.org, Shown: r.querySelector('.org').textContent,
+			Labels: r.children[4].textContent, Needed: r.querySelector('.needed').textContent, Expected: r.querySelector('.expected').textContent}))`, &rows)
+		return rows
+	}
+	rows := readRows()
+	resp, body := s.call(t, http.MethodGet, "/review/progress?target=0.9&by=org", "")
+	var progress struct {
+		Groups []struct {
+			Org            string   `json:"org"`
+			Labels         int      `json:"labels"`
+			Threshold      *float64 `json:"threshold"`
+			LabelsNeeded   int      `json:"labels_needed"`
+			LabelsExpected *int     `json:"labels_expected"`
+		} `json:"groups"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(body, &progress) != nil {
+		t.Fatalf("progress: %d %s", resp.StatusCode, body)
+	}
+	// The labels exercise both kinds of group: acme's own, with its
+	// threshold, and the pool, still needing labels, more expected than
+	// the floor (one of its labels disagrees).
+	if len(progress.Groups) != 2 || progress.Groups[0].Org == progress.Groups[1].Org {
+		t.Fatalf("/progress?by=org: %s", body)
+	}
+	pooledNeeds := false
+	for _, g := range progress.Groups {
+		if g.Org == "" && g.Threshold == nil && g.LabelsNeeded > 0 && g.LabelsExpected != nil && *g.LabelsExpected > g.LabelsNeeded {
+			pooledNeeds = true
+		}
+	}
+	if !pooledNeeds {
+		t.Fatalf("the pooled group does not need labels with an estimate; the test's labels do not exercise the panel:\n%s", body)
+	}
+	if len(rows) != len(progress.Groups) {
+		t.Fatalf("panel rows %+v, /progress %s", rows, body)
+	}
+	for i, g := range progress.Groups {
+		shown, expected := g.Org, "–"
+		if g.Org == "" {
+			shown = "others, pooled"
+		}
+		if g.LabelsExpected != nil {
+			expected = fmt.Sprint(*g.LabelsExpected)
+		}
+		want := row{Org: g.Org, Shown: shown, Labels: fmt.Sprint(g.Labels), Needed: fmt.Sprint(g.LabelsNeeded), Expected: expected}
+		if rows[i] != want {
+			t.Errorf("panel row %d %+v, want %+v from /progress", i, rows[i], want)
+		}
+	}
+	tb.eval(`document.getElementById('by-note').hidden`, &note)
+	if note {
+		t.Error("no per-organization note while grouping by organization")
+	}
+
+	// A reload keeps the grouping.
+	tb.navigate(s.url + "/review/")
+	tb.waitFor(`document.getElementById('progress-status').dataset.by === 'org' && document.querySelectorAll('#groups tbody tr').length === 2`)
+	if again := readRows(); len(again) != len(rows) || again[0] != rows[0] || again[1] != rows[1] {
+		t.Errorf("after a reload %+v, before %+v", again, rows)
+	}
 	b.noProblems()
 }

@@ -93,7 +93,7 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			label()
 			itemIs(audited2, "audit")
 			// The progress panel follows the labels: one audited label.
-			tb.waitFor(`(() => { const r = document.querySelector('#groups tbody tr'); return r && r.dataset.type === 'noul' && r.children[3].textContent === '1'; })()`)
+			tb.waitFor(`(() => { const r = document.querySelector('#groups tbody tr'); return r && r.dataset.type === 'noul' && r.children[4].textContent === '1'; })()`)
 			label()
 			itemIs(routine1, "routine")
 			tb.eval(`document.getElementById('kind').textContent`, &note)
@@ -107,7 +107,7 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			tb.eval(`document.getElementById('target').select()`, nil)
 			tb.typeText("0.9")
 			tb.key("Escape")
-			tb.waitFor(`document.getElementById('progress-status').dataset.target === '0.9' && document.querySelector('#groups tbody tr').children[3].textContent === '2'`)
+			tb.waitFor(`document.getElementById('progress-status').dataset.target === '0.9' && document.querySelector('#groups tbody tr').children[4].textContent === '2'`)
 			var rows [][]string
 			tb.eval(`[...document.querySelectorAll('#groups tbody tr')].map(r => [...r.children].map(c => c.textContent))`, &rows)
 			req, _ := http.NewRequest(http.MethodGet, s.url+"/review/progress?target=0.9", nil)
@@ -129,8 +129,8 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			g := progress.Groups[0]
 			// Two labels are far from the 29 that target 0.9 needs at
 			// the top confidence: no candidate tested yet.
-			if len(rows) != 1 || rows[0][0] != g.Model || rows[0][1] != g.Type || rows[0][3] != "2" || g.Labels != 2 ||
-				!strings.HasPrefix(rows[0][4], "too few") || g.N != 0 || rows[0][5] != "none yet" || g.Threshold != nil {
+			if len(rows) != 1 || rows[0][0] != g.Model || rows[0][1] != g.Type || rows[0][4] != "2" || g.Labels != 2 ||
+				!strings.HasPrefix(rows[0][5], "too few") || g.N != 0 || rows[0][6] != "none yet" || g.Threshold != nil {
 				t.Errorf("panel %q, /progress %+v", rows, g)
 			}
 

@@ -17,6 +17,8 @@ import (
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/pinblock"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/policy/route/calibrate"
+	"github.com/systemone/systemone-gateway/policy/route/calibrate/certificate"
 )
 
 // TestWalkthrough runs docs/walkthrough.md as printed, against the example
@@ -36,8 +38,10 @@ func TestWalkthrough(t *testing.T) {
 	}
 	blocks := shBlocks(t, filepath.Join(root, "docs/walkthrough.md"))
 	wantStarts := []string{"go build", "redis-server", "./systemone-gateway run", "for i", "curl", "./reviewer",
-		"curl", "./systemone-gateway calibrate", "./systemone-gateway reload", "for i", "export SYSTEMONE_API_KEY",
-		"./systemone-gateway reload", "./reviewer", "curl", "for i", "curl", "redis-cli"}
+		"curl", "./systemone-gateway calibrate", "./systemone-gateway reload", "for i",
+		"./systemone-gateway calibrate --target 0.9 --by org --certificates certs.jsonl", "./systemone-gateway reload", "for i",
+		"export SYSTEMONE_API_KEY", "./systemone-gateway reload", "./reviewer", "curl", "for i", "curl",
+		"./systemone-gateway verify --certificates certs.jsonl", "redis-cli"}
 	if len(blocks) != len(wantStarts) {
 		t.Fatalf("docs/walkthrough.md has %d sh blocks, the test knows %d:\n%s", len(blocks), len(wantStarts), strings.Join(blocks, "\n---\n"))
 	}
@@ -56,6 +60,11 @@ func TestWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, caddyfile, ports.Replace(string(example)))
+	orgKeys, err := os.ReadFile(filepath.Join(root, "deploy/examples/review-loop/org-keys.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(work, "deploy/examples/review-loop/org-keys.json"), string(orgKeys))
 
 	rs := redistest.Start(t)
 	if !strings.Contains(blocks[1], "export REDIS_URL=") {
@@ -158,19 +167,40 @@ func TestWalkthrough(t *testing.T) {
 		return routeCount(shell(work, blocks[9]), "X-Route: auto") > 0
 	})
 
-	// 6. Replay to service-2.0.0 and calibrate it: a higher threshold.
+	// 6. --by org: shop, the key's org, gets its own line with a
+	// certificate; it replaces the pooled pin, and the answers it routes
+	// auto carry the certificate's id.
 	out = shell(work, blocks[10])
+	orgPin := pinblock.Find(t, out, "service-1.0.0")
+	certs := readCertificates(t, filepath.Join(work, "certs.jsonl"))
+	if len(certs) != 1 || certs[0].Org != "shop" || certs[0].Model != "service-1.0.0" || certs[0].Type != "noul" || certs[0].Threshold != *progress.Groups[0].Threshold {
+		t.Fatalf("certs.jsonl: %+v, want one certificate for shop's noul threshold %v", certs, *progress.Groups[0].Threshold)
+	}
+	wantLine := fmt.Sprintf("\t\torg shop {\n\t\t\tnoul %s cert %s\n\t\t}", calibrate.FormatThreshold(certs[0].Threshold), certs[0].ID)
+	if !strings.Contains(orgPin, wantLine) {
+		t.Fatalf("the --by org pin\n%s\nhas no line\n%s", orgPin, wantLine)
+	}
+	replacePin(t, caddyfile, pin1, orgPin)
+	shell(work, blocks[11])
+	waitFor(t, "answers routing auto with the certificate", func() bool {
+		out := shell(work, blocks[12])
+		auto := routeCount(out, "X-Route: auto")
+		return auto > 0 && routeCount(out, "X-Route-Certificate: late="+certs[0].ID) == auto
+	})
+
+	// 7. Replay to service-2.0.0 and calibrate it: a higher threshold.
+	out = shell(work, blocks[13])
 	pin2 := pinblock.Find(t, out, "service-2.0.0")
 	if !(pinblock.Noul(t, pin2) > pinblock.Noul(t, pin1)) {
 		t.Errorf("service-2.0.0's pin\n%s\nis not above service-1.0.0's\n%s", pin2, pin1)
 	}
 	paste(t, caddyfile, pin2)
-	shell(work, blocks[11])
+	shell(work, blocks[14])
 
-	// 7. Traffic again, labels that disagree: the alarm, answers route
+	// 8. Traffic again, labels that disagree: the alarm, answers route
 	// human for guarantee_alarm within 10 seconds; the reset ends it.
 	shell(work, blocks[3])
-	if out := shell(work, blocks[12]); !regexp.MustCompile(`^labelled [1-9][0-9]* items\n$`).MatchString(out) {
+	if out := shell(work, blocks[15]); !regexp.MustCompile(`^labelled [1-9][0-9]* items\n$`).MatchString(out) {
 		t.Fatalf("reviewer -disagree printed %q", out)
 	}
 	type guarantee struct {
@@ -181,25 +211,31 @@ func TestWalkthrough(t *testing.T) {
 		}
 	}
 	var g guarantee
-	getJSON(t, shell, blocks[13], &g)
+	getJSON(t, shell, blocks[16], &g)
 	if len(g.Groups) != 1 || g.Groups[0].Model != "service-1.0.0" || g.Groups[0].Type != "noul" || !g.Groups[0].Alarm {
 		t.Fatalf("guarantee after the disagreeing labels: %+v", g)
 	}
 	waitFor(t, "every answer routed human for guarantee_alarm", func() bool {
-		out := shell(work, blocks[14])
+		out := shell(work, blocks[17])
 		return routeCount(out, "X-Route: human") == 20 && routeCount(out, "X-Route-Reason: guarantee_alarm") == 20
 	})
-	shell(work, blocks[15])
-	getJSON(t, shell, blocks[13], &g)
+	shell(work, blocks[18])
+	getJSON(t, shell, blocks[16], &g)
 	if len(g.Groups) != 1 || g.Groups[0].Alarm || g.Groups[0].Labels != 0 {
 		t.Fatalf("guarantee after the reset: %+v", g)
 	}
 	waitFor(t, "answers routing auto again after the reset", func() bool {
-		out := shell(work, blocks[14])
+		out := shell(work, blocks[17])
 		return routeCount(out, "X-Route: auto") > 0 && routeCount(out, "X-Route-Reason: guarantee_alarm") == 0
 	})
-	if !strings.HasPrefix(blocks[16], "redis-cli -p 6380 shutdown") {
-		t.Errorf("the clean-up block stops another Redis than the set-up's: %s", blocks[16])
+
+	// 9. The certificate still verifies: the disagreeing labels of step 8
+	// were stored after it.
+	if out := shell(work, blocks[19]); out != "ok "+certs[0].ID+"\n" {
+		t.Fatalf("verify printed %q, want ok %s", out, certs[0].ID)
+	}
+	if !strings.HasPrefix(blocks[20], "redis-cli -p 6380 shutdown") {
+		t.Errorf("the clean-up block stops another Redis than the set-up's: %s", blocks[20])
 	}
 	t.Logf("walk-through done in %v", time.Since(start))
 }
@@ -236,6 +272,39 @@ func routeCount(out, line string) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
+}
+
+// replacePin replaces a pin block pasted before with another, as the doc
+// says.
+func replacePin(t *testing.T, path, old, pin string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	if strings.Count(text, old) != 1 {
+		t.Fatalf("no single\n%s\nin %s", old, text)
+	}
+	writeFile(t, path, strings.Replace(text, old, pin, 1))
+}
+
+// readCertificates reads a --certificates file.
+func readCertificates(t *testing.T, path string) []certificate.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var certs []certificate.Certificate
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var c certificate.Certificate
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, data)
+		}
+		certs = append(certs, c)
+	}
+	return certs
 }
 
 // paste puts a pin block into the Caddyfile's route block, as the doc says.

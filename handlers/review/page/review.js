@@ -17,13 +17,14 @@
 	const base = location.origin + (location.pathname.endsWith('/') ? location.pathname : location.pathname + '/');
 	const reviewerKey = 'systemone-review.reviewer';
 	const targetKey = 'systemone-review.target';
+	const byKey = 'systemone-review.by';
 
 	const $ = (id) => document.getElementById(id);
 	const ui = {
 		reviewer: $('reviewer'), reload: $('reload'), status: $('status'), error: $('error'),
 		item: $('item'), kind: $('kind'), meta: $('meta'), content: $('content'), questions: $('questions'),
 		save: $('save'), skip: $('skip'),
-		target: $('target'), progressStatus: $('progress-status'), groups: $('groups'),
+		target: $('target'), by: $('by'), byNote: $('by-note'), progressStatus: $('progress-status'), groups: $('groups'),
 	};
 
 	const state = {
@@ -392,33 +393,42 @@
 		return String(Math.ceil(t * 10000 - 1e-9) / 10000);
 	}
 
-	// loadProgress shows, per group, the labels so far, the agreement, the
-	// threshold calibrate would give now at the target, and the labels it
-	// still needs (labels_needed, when the gateway reports it).
+	// The groupings /progress takes (by=...), the page's default first.
+	const groupings = ['type', 'question', 'org'];
+
+	// loadProgress shows, per group (per model and type, per question, or
+	// per organization, as the reviewer chooses), the labels so far, the
+	// agreement, the threshold calibrate would give now at the target, the
+	// labels it still needs at the least (labels_needed) and the labels it
+	// would likely take at the agreement seen so far (labels_expected),
+	// when the gateway reports them.
 	let progressSeq = 0;
 	async function loadProgress() {
 		const target = ui.target.value.trim();
+		const by = ui.by.value;
 		const seq = ++progressSeq;
 		ui.progressStatus.textContent = 'Loading…';
+		ui.byNote.hidden = by !== 'org';
 		try {
-			const body = await getJSON('progress?target=' + encodeURIComponent(target));
-			if (seq !== progressSeq) return; // a newer target asked meanwhile
+			const body = await getJSON('progress?target=' + encodeURIComponent(target) + '&by=' + encodeURIComponent(by));
+			if (seq !== progressSeq) return; // a newer target or grouping asked meanwhile
 			const rows = body.groups.map((g) => {
 				const passed = g.threshold !== null && g.threshold !== undefined;
-				let needed = g.labels_needed === undefined ? '–' : String(g.labels_needed);
-				// The floor, and beside it the estimate at the agreement
-				// seen so far, when the gateway reports one.
-				if (g.labels_expected !== undefined && g.labels_expected !== null && !passed) {
-					needed += ' (about ' + g.labels_expected + ' expected)';
-				}
-				return el('tr', { className: passed ? 'passed' : '', dataset: { model: g.model, type: g.type, question: g.question } },
+				const needed = g.labels_needed === undefined ? '–' : String(g.labels_needed);
+				const expected = g.labels_expected === undefined || g.labels_expected === null ? '–' : String(g.labels_expected);
+				// Only per organization does a group have an org: "" there is
+				// the pool of the organizations without a group of their own.
+				const org = by !== 'org' ? '(all)' : (g.org || 'others, pooled');
+				return el('tr', { className: passed ? 'passed' : '', dataset: { model: g.model, type: g.type, question: g.question, org: g.org || '' } },
 					el('td', null, g.model), el('td', null, g.type), el('td', null, g.question || '(all)'),
+					el('td', { className: 'org' }, org),
 					el('td', null, String(g.labels)),
 					// agree/n at the first candidate calibrate tested; none is
 					// tested until enough labels share the top confidences.
 					el('td', null, g.n > 0 ? g.agree + '/' + g.n + ' (' + (100 * g.agree / g.n).toFixed(1) + '%)' : 'too few at the top'),
-					el('td', null, passed ? threshold(g.threshold) : 'none yet'),
-					el('td', null, needed));
+					el('td', { className: 'threshold' }, passed ? threshold(g.threshold) : 'none yet'),
+					el('td', { className: 'needed' }, needed),
+					el('td', { className: 'expected' }, expected));
 			});
 			ui.groups.tBodies[0].replaceChildren(...rows);
 			ui.groups.hidden = rows.length === 0;
@@ -426,11 +436,13 @@
 				? 'no audited labels yet.'
 				: rows.length + ' group(s); ' + body.ignored + ' label(s) of routine entries do not count.');
 			ui.progressStatus.dataset.target = String(body.target);
+			ui.progressStatus.dataset.by = by;
 		} catch (e) {
 			if (seq !== progressSeq) return;
 			ui.groups.hidden = true;
 			ui.progressStatus.textContent = 'Progress unavailable: ' + e.message;
 			delete ui.progressStatus.dataset.target;
+			delete ui.progressStatus.dataset.by;
 		}
 	}
 
@@ -500,6 +512,16 @@
 		// storage off: the default target
 	}
 	if (storedTarget) ui.target.value = storedTarget;
+	try {
+		const storedBy = localStorage.getItem(byKey);
+		if (groupings.includes(storedBy)) ui.by.value = storedBy;
+	} catch (e) {
+		// storage off: the default grouping
+	}
+	ui.by.addEventListener('change', () => {
+		try { localStorage.setItem(byKey, ui.by.value); } catch (e) { /* storage off */ }
+		loadProgress();
+	});
 	ui.target.addEventListener('change', () => {
 		try { localStorage.setItem(targetKey, ui.target.value.trim()); } catch (e) { /* storage off */ }
 		loadProgress();
