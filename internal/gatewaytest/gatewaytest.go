@@ -79,18 +79,21 @@ func LoadOptions(t testing.TB, options, sites string) *Gateway {
 }
 
 // Reload loads a new Caddyfile while the old one serves, as `caddy reload`
-// does; the global options stay, the log keeps going to the same file.
+// does; the global options stay, the log keeps going to the same file. It
+// returns once the old config's servers accept no more connections.
 func (g *Gateway) Reload(sites string) {
 	g.t.Helper()
+	old := serving()
 	if err := caddy.Load(g.adapt(sites), true); err != nil {
 		g.t.Fatalf("reloading the config: %v", err)
 	}
+	awaitClosed(g.t, old)
 }
 
 // adapt turns sites, under the global options, into JSON config.
 func (g *Gateway) adapt(sites string) []byte {
 	g.t.Helper()
-	return adapt(g.t, fmt.Sprintf(globals, g.path, g.options)+sites)
+	return withShutdownWatch(g.t, adapt(g.t, fmt.Sprintf(globals, g.path, g.options)+sites))
 }
 
 func adapt(t testing.TB, caddyfileText string) []byte {
