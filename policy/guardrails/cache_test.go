@@ -2,6 +2,7 @@ package guardrails
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -71,11 +72,13 @@ func TestCacheRedisShared(t *testing.T) {
 		t.Errorf("PTTL %v, want about a minute", ttl)
 	}
 
-	// Another prefix is another cache; a garbled entry is a miss.
+	// Another prefix is another cache; a garbled entry is a miss (to an
+	// instance that holds no copy in process).
 	other, _ := New(cfg, rdb, "tenant2:", nil)
 	other.Check(ctx, []byte(state))
 	rdb.Set(ctx, keys[0], "garbage", time.Minute)
-	if v := one.Check(ctx, []byte(state)); v.Cached || v.Action != ActionReview {
+	three, _ := New(cfg, rdb, "systemone:", nil)
+	if v := three.Check(ctx, []byte(state)); v.Cached || v.Action != ActionReview {
 		t.Errorf("verdict %+v after garbage in the cache", v)
 	}
 	if n := svc.calls.Load(); n != 3 {
@@ -99,21 +102,30 @@ func TestCacheRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := testclock.New(time.Unix(1_700_000_000, 0))
-	c.cache = newVerdictStore(rdb, "p:guardrails:", time.Minute, zap.New(core), clock.Now)
+	c.cache = newVerdictCache(rdb, "p:guardrails:", time.Minute, zap.New(core), clock.Now)
 	ctx := context.Background()
-	check := func(wantCached bool) {
+	asked := 0
+	// Each check asks for a text not asked before: the instance's own
+	// in-process front would answer a repeated one, Redis down or not.
+	check := func() {
 		t.Helper()
-		if v := c.Check(ctx, []byte(`"x"`)); v.Action != ActionPass || v.Err != nil || v.Cached != wantCached {
-			t.Fatalf("verdict %+v, want a pass, cached %v", v, wantCached)
+		asked++
+		if v := c.Check(ctx, fmt.Appendf(nil, `"x%d"`, asked)); v.Action != ActionPass || v.Err != nil || v.Cached {
+			t.Fatalf("verdict %+v, want a pass, not cached", v)
 		}
 	}
+	// Redis holds a verdict once an instance with nothing in process finds
+	// it there.
+	other := newChecker(t, Config{URL: svc.URL, APIKey: testKey, Cache: caddy.Duration(time.Minute)})
+	other.cache = newVerdictCache(newRedis(t, srv), "p:guardrails:", time.Minute, nil, clock.Now)
+	inRedis := func() bool { return other.Check(ctx, fmt.Appendf(nil, `"x%d"`, asked)).Cached }
 
 	srv.Stop()
-	check(false) // GET and SET fail
-	check(false) // GET fails: three in a row, Redis rests
+	check() // GET and SET fail
+	check() // GET fails: three in a row, Redis rests
 	before := sent.Sent.Load()
-	check(false)
-	check(false)
+	check()
+	check()
 	if n := sent.Sent.Load() - before; n != 0 {
 		t.Errorf("%d Redis commands while resting, want none", n)
 	}
@@ -123,13 +135,16 @@ func TestCacheRedisDown(t *testing.T) {
 
 	srv.Restart()
 	clock.Advance(time.Second)
-	check(false) // starts the probe, in the background
+	check() // starts the probe, in the background
 	wait.Until(t, "the probe to find Redis back", func() bool {
-		v := c.Check(ctx, []byte(`"x"`))
-		return v.Cached
+		check()
+		return inRedis()
 	})
 	clock.Advance(time.Minute) // the outage settles
-	check(true)
+	check()
+	if !inRedis() {
+		t.Error("a verdict stored after the outage is not in Redis")
+	}
 	if n := logs.FilterMessageSnippet("redis failing").FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 {
 		t.Errorf("%d warnings that Redis fails, want 1", n)
 	}
@@ -151,15 +166,19 @@ func TestCancelledCheckLeavesTheSharedCacheOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	c.Check(ctx, []byte(`"shared"`)) // stored
-	for range 10 {
+	for i := range 10 {
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
-		if v := c.Check(cancelled, []byte(`"another"`)); !v.Unavailable {
+		// Each another text: the in-process front would answer a repeat.
+		if v := c.Check(cancelled, fmt.Appendf(nil, `"another %d"`, i)); !v.Unavailable {
 			t.Fatalf("a cancelled check: %+v", v)
 		}
 	}
-	if v := c.Check(ctx, []byte(`"shared"`)); !v.Cached {
+	// What the instance stores now reaches Redis, where another instance
+	// finds it: the shared tier is on.
+	c.Check(ctx, []byte(`"shared"`))
+	other, _ := New(Config{URL: svc.URL, APIKey: testKey, Cache: caddy.Duration(time.Minute)}, rdb, "p:", nil)
+	if v := other.Check(ctx, []byte(`"shared"`)); !v.Cached {
 		t.Errorf("the shared cache is off after cancelled checks: %+v", v)
 	}
 	if n := logs.FilterMessageSnippet("redis").Len(); n != 0 {
@@ -246,4 +265,62 @@ func TestTimeoutBoundsWholeCheck(t *testing.T) {
 			t.Errorf("%d calls, want 2", n)
 		}
 	})
+}
+
+// With Redis, a verdict this instance used lately is answered from its
+// in-process front without a round trip; a verdict another instance stored
+// is fetched once; and neither tier answers a verdict past the ttl from
+// when the service gave it, though the front took it later.
+func TestVerdictCacheFront(t *testing.T) {
+	srv := redistest.Start(t)
+	svc := newService(t, answer(passAnswer))
+	clock := testclock.New(time.Unix(1_700_000_000, 0))
+	instance := func() (*Checker, *redistest.CountHook) {
+		c := newChecker(t, Config{URL: svc.URL, Cache: caddy.Duration(time.Minute)})
+		rdb := newRedis(t, srv)
+		rdb.Ping(context.Background()) // the connection's own handshake is not counted
+		sent := new(redistest.CountHook)
+		rdb.AddHook(sent)
+		c.cache = newVerdictCache(rdb, "p:guardrails:", time.Minute, nil, clock.Now)
+		return c, sent
+	}
+	one, sentOne := instance()
+	two, sentTwo := instance()
+	ctx := context.Background()
+	state := []byte(`"hot"`)
+
+	one.Check(ctx, state) // asks the service, stores in both tiers
+	before := sentOne.Sent.Load()
+	for range 5 {
+		if v := one.Check(ctx, state); !v.Cached {
+			t.Fatalf("a hot verdict was not cached: %+v", v)
+		}
+	}
+	if n := sentOne.Sent.Load() - before; n != 0 {
+		t.Errorf("a hot verdict sent %d Redis commands, want none", n)
+	}
+
+	clock.Advance(50 * time.Second)
+	before = sentTwo.Sent.Load()
+	for range 3 {
+		if v := two.Check(ctx, state); !v.Cached {
+			t.Fatalf("the other instance did not find the stored verdict: %+v", v)
+		}
+	}
+	if n := sentTwo.Sent.Load() - before; n != 1 {
+		t.Errorf("the other instance sent %d Redis commands for three checks, want 1", n)
+	}
+	if n := svc.calls.Load(); n != 1 {
+		t.Fatalf("service called %d times, want 1", n)
+	}
+
+	// A minute after the service gave it, the verdict is stale everywhere,
+	// the second instance's front (which took it 50 s in) included.
+	clock.Advance(15 * time.Second)
+	if v := two.Check(ctx, state); v.Cached {
+		t.Errorf("a verdict past its ttl was answered: %+v", v)
+	}
+	if n := svc.calls.Load(); n != 2 {
+		t.Errorf("service called %d times, want 2", n)
+	}
 }

@@ -30,7 +30,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/systemone/systemone-gateway/internal/ttlstore"
 )
 
 // ErrTimeout is wrapped by a Verdict's Err when the service did not answer
@@ -61,7 +60,7 @@ type Checker struct {
 	cfg      Config // defaults applied
 	endpoint string
 	client   *http.Client
-	cache    ttlstore.Store // verdicts by cacheKey; nil when the cache is off
+	cache    *verdictCache // nil when the cache is off
 	logger   *zap.Logger
 
 	// flights lets identical concurrent checks share one call to the service.
@@ -74,7 +73,9 @@ type Checker struct {
 // New returns a Checker for cfg, after applying its defaults and validating
 // it. With cfg.Cache set, verdicts are cached in Redis when rdb is not nil
 // (shared by every gateway instance; keys are keyPrefix + "guardrails:" +
-// a hash), else in process (at most 10,000 verdicts). rdb is the handler's
+// a hash) behind an in-process front of the verdicts this instance used
+// last, else in process only (at most 10,000 verdicts and 32 MiB either
+// way). rdb is the handler's
 // Redis client and keyPrefix the gateway's key prefix. A nil logger logs
 // nothing.
 func New(cfg Config, rdb RedisClient, keyPrefix string, logger *zap.Logger) (*Checker, error) {
@@ -97,7 +98,7 @@ func New(cfg Config, rdb RedisClient, keyPrefix string, logger *zap.Logger) (*Ch
 		logger: logger,
 	}
 	if cfg.Cache != 0 {
-		c.cache = newVerdictStore(rdb, keyPrefix+"guardrails:", time.Duration(cfg.Cache), logger, time.Now)
+		c.cache = newVerdictCache(rdb, keyPrefix+"guardrails:", time.Duration(cfg.Cache), logger, time.Now)
 	}
 	return c, nil
 }
@@ -136,7 +137,7 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 	if c.cache != nil {
 		// A lookup cut short because the client went away is a miss, and
 		// never a Redis failure (the store's health rule).
-		if a, ok := decodeVerdict(c.cache.Get(ctx, key)[0]); ok {
+		if a, ok := c.cache.get(ctx, key); ok {
 			v := c.decide(a)
 			v.Cached = true
 			return v
@@ -150,7 +151,7 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 		a, err := c.ask(callCtx, msgs)
 		c.noteHealth(err)
 		if err == nil && c.cache != nil {
-			c.cache.Set(callCtx, ttlstore.Entry{Key: key, Value: encodeVerdict(a)})
+			c.cache.set(callCtx, key, a)
 		}
 		return a, err
 	})

@@ -472,7 +472,7 @@ func TestCacheInProcess(t *testing.T) {
 	svc := newService(t, answer(verdictJSON("中风险", []string{"色情"}, nil, "代答", "抱歉")))
 	c := newChecker(t, Config{URL: svc.URL, Cache: caddy.Duration(time.Minute)})
 	clock := testclock.New(time.Unix(1_700_000_000, 0))
-	c.cache = newVerdictStore(nil, "", time.Minute, nil, clock.Now)
+	c.cache = newVerdictCache(nil, "", time.Minute, nil, clock.Now)
 	ctx := context.Background()
 
 	first := c.Check(ctx, []byte(`"同一段文字"`))
@@ -573,14 +573,14 @@ func TestCacheKey(t *testing.T) {
 // larger than the bound is not kept.
 func TestMemoryCacheBounds(t *testing.T) {
 	ctx := context.Background()
-	m := newVerdictStore(nil, "", time.Minute, nil, time.Now).(*memstore.Store)
+	m := newVerdictCache(nil, "", time.Minute, nil, time.Now).store.(*memstore.Store)
 	for i := range defaultCacheEntries + 10 {
-		m.Set(ctx, ttlstore.Entry{Key: fmt.Sprint(i), Value: encodeVerdict(assessment{Risk: RiskNone})})
+		m.Set(ctx, ttlstore.Entry{Key: fmt.Sprint(i), Value: encodeVerdict(assessment{Risk: RiskNone}, time.Now())})
 	}
 	if m.Len() != defaultCacheEntries {
 		t.Errorf("%d entries, want at most %d", m.Len(), defaultCacheEntries)
 	}
-	huge := encodeVerdict(assessment{Risk: RiskNone, SuggestAnswer: strings.Repeat("x", defaultCacheBytes)})
+	huge := encodeVerdict(assessment{Risk: RiskNone, SuggestAnswer: strings.Repeat("x", defaultCacheBytes)}, time.Now())
 	m.Set(ctx, ttlstore.Entry{Key: "huge", Value: huge})
 	if _, ok := decodeVerdict(m.Get(ctx, "huge")[0]); ok || m.Bytes() > defaultCacheBytes {
 		t.Errorf("a verdict over the byte bound was kept (%d bytes held)", m.Bytes())
