@@ -29,7 +29,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/singleflight"
-
 )
 
 // ErrTimeout is wrapped by a Verdict's Err when the service did not answer
