@@ -174,7 +174,9 @@ func (h *Handler) startCheck(ctx context.Context, x *exchange) {
 	x.pending = ch
 	ctx, span := startSpan(ctx, SpanGuardrails)
 	if !h.guardrails.Parallel() {
+		asked := h.now()
 		v := h.guardrails.Check(ctx, x.req.State)
+		x.waited += h.now().Sub(asked)
 		endGuardrails(span, v)
 		ch <- v
 		return
@@ -196,7 +198,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// (a parallel verdict refused it, or it broke off before the commit).
 	before := w.Header().Clone()
 	var serveErr error // next's error, known when a whole 200 is committed
+	var committing time.Duration // the gateway's own work inside the upstream call
 	commit := func(status int, raw []byte) bool {
+		from := h.now()
+		defer func() { committing += h.now().Sub(from) }()
 		if _, refused := x.refusedByVerdict(); refused {
 			if status == http.StatusOK {
 				x.readUsage(w.Header(), raw) // billed all the same
@@ -246,6 +251,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	_ = body.Close()
 	sent := rec.finish()
 	x.upstream = h.now().Sub(started)
+	x.waited += x.upstream - committing
 	x.upstreamStatus = rec.upstreamStatus
 	if x.ticket != nil {
 		x.ticket.Done(rec.status, err)
@@ -387,6 +393,12 @@ type exchange struct {
 	requestID      string
 	upstream       time.Duration
 	replay         bool // X-Systemone-Replay: 1, never queued nor audited
+
+	// now is the handler's clock; waited is how long the request waited
+	// for the upstream and the guardrails service, so that the rest of
+	// its time is the gateway's own work (its overhead).
+	now    func() time.Time
+	waited time.Duration
 }
 
 // answer writes the gateway's own answer, with the headers it owes. The
@@ -440,7 +452,9 @@ func (x *exchange) refusedByVerdict() (answer, bool) {
 		return answer{}, false
 	}
 	if !x.verdictTaken {
+		asked := x.now()
 		v := <-x.pending
+		x.waited += x.now().Sub(asked) // none for a sequential check, done already
 		x.verdict, x.verdictTaken = &v, true
 	}
 	if x.verdict == nil {

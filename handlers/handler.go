@@ -267,7 +267,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.logger.Warn("request reached a config already released by a reload")
 	}
 	defer h.gate.Exit()
-	x := &exchange{start: h.now(), span: trace.SpanFromContext(r.Context()), replay: route.IsReplay(r.Header)}
+	x := &exchange{start: h.now(), now: h.now, span: trace.SpanFromContext(r.Context()), replay: route.IsReplay(r.Header)}
 	providePlaceholders(r, x)
 	if !validPath(r.URL.Path) {
 		defer x.annotate("")

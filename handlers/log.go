@@ -22,14 +22,16 @@ func (h *Handler) record(x *exchange) {
 	if breakerState == "" && h.breakers != nil && x.req != nil {
 		breakerState = h.breakers.State(x.req.ModelOrDefault())
 	}
-	h.metrics.observe(x, h.orgLabel(x.org))
+	total := h.now().Sub(x.start)
+	overhead := max(total-x.waited, 0)
+	h.metrics.observe(x, h.orgLabel(x.org), overhead)
 	x.annotate(breakerState)
 
 	if ce := h.logger.Check(zapcore.InfoLevel, "systemone request"); ce != nil {
 		// One inline object instead of a field list: the encoder is
 		// handed the values directly, with nothing allocated to carry
 		// them.
-		ce.Write(zap.Inline(logEntry{x: x, breakerState: breakerState, total: h.now().Sub(x.start)}))
+		ce.Write(zap.Inline(logEntry{x: x, breakerState: breakerState, total: total, overhead: overhead}))
 	}
 }
 
@@ -37,7 +39,10 @@ func (h *Handler) record(x *exchange) {
 type logEntry struct {
 	x            *exchange
 	breakerState string
-	total        time.Duration
+	// total is the request's time in the handler; overhead is the part of
+	// it the gateway worked, not waiting for the upstream or the
+	// guardrails service.
+	total, overhead time.Duration
 }
 
 // MarshalLogObject implements zapcore.ObjectMarshaler.
@@ -83,6 +88,7 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddString("breaker_state", e.breakerState)
 	addFloatOrNull(enc, "upstream_ms", x.forwarded, func() float64 { return millis(x.upstream) })
 	enc.AddFloat64("total_ms", millis(e.total))
+	enc.AddFloat64("overhead_ms", millis(e.overhead))
 	enc.AddString("request_id", capped(x.requestID))
 	enc.AddString("cache", x.cache)
 	// Why reverse_proxy could not reach the upstream (a dial or read
