@@ -197,7 +197,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// What to restore if none of the upstream's response reaches the client
 	// (a parallel verdict refused it, or it broke off before the commit).
 	before := w.Header().Clone()
-	var serveErr error // next's error, known when a whole 200 is committed
+	var serveErr error           // next's error, known when a whole 200 is committed
 	var committing time.Duration // the gateway's own work inside the upstream call
 	commit := func(status int, raw []byte) bool {
 		from := h.now()
