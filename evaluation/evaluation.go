@@ -1,13 +1,13 @@
 // Package evaluation knows the wire format of the evaluation service
 // (POST /v1/systemone): it inspects a request body in one pass (syntax, the
-// seed's validation rules, an input-token estimate) and writes validation
+// upstream's validation rules, an input-token estimate) and writes validation
 // errors in the upstream's own 422 form.
 package evaluation
 
 // DefaultModel is the model the upstream uses when a request omits `model`.
 const DefaultModel = "service-latest"
 
-// Question types the seed defines.
+// The question types the evaluation service defines.
 const (
 	TypeNoul   = "noul"
 	TypeChoice = "choice"

@@ -41,184 +41,46 @@ type questionSpans struct {
 }
 
 // ParseRequest inspects an evaluation request body in one pass: JSON syntax
-// and UTF-8, the rules the evaluation seed states, and the token estimate.
-// A body the upstream would refuse gives a *ValidationError carrying the
-// upstream's 422 answer; anything the upstream would accept passes, including
-// `"instructions": null`, null tiers and null choice descriptions.
+// and UTF-8, the upstream's validation rules, and the token estimate. A
+// body the upstream would refuse gives a *ValidationError carrying the
+// upstream's 422 answer; anything the upstream would accept passes,
+// including `"instructions": null`, null tiers and null choice
+// descriptions.
 func ParseRequest(body []byte) (*Request, error) {
-	s := scanner{b: body}
+	p := &requestSpans{s: scanner{b: body}}
+	p.visitMember = p.member // one method value for the whole scan: each allocates
 	if bytes.HasPrefix(body, utf8BOM) {
-		s.pos = len(utf8BOM) // Python's json decodes bytes as utf-8-sig
+		p.s.pos = len(utf8BOM) // Python's json decodes bytes as utf-8-sig
 	}
-	var (
-		state, model, questions  span
-		hasState, hasQuestions   bool
-		qs                       []questionSpans
-		cur                      questionSpans
-		visitQuestion            func(key span) bool
-		visitQuestions, visitTop func(key span) bool
-	)
-	visitQuestion = func(key span) bool {
-		switch {
-		case s.keyIs(key, "type"):
-			cur.typ, cur.hasType = s.value(nil), true
-		case s.keyIs(key, "instructions"):
-			cur.instructions, cur.hasInstr = s.value(nil), true
-		case s.keyIs(key, "criteria"):
-			cur.crit, cur.hasCrit = s.value(nil), true
-		default:
-			return false
-		}
-		return true
+	root := p.s.document(p.visitMember)
+	if p.s.err != nil {
+		return nil, jsonInvalid(body, p.s.err)
 	}
-	visitQuestions = func(key span) bool {
-		cur = questionSpans{id: key}
-		cur.value = s.value(visitQuestion)
-		qs = append(qs, cur)
-		return true
-	}
-	visitTop = func(key span) bool {
-		switch {
-		case s.keyIs(key, "state"):
-			state, hasState = s.value(nil), true
-		case s.keyIs(key, "model"):
-			model = s.value(nil)
-		case s.keyIs(key, "questions"):
-			qs = qs[:0] // a repeated key replaces the earlier value
-			questions, hasQuestions = s.value(visitQuestions), true
-		default:
-			return false
-		}
-		return true
-	}
-	root := s.document(visitTop)
-	if s.err != nil {
-		return nil, jsonInvalid(body, s.err)
-	}
+	e := errorList{nonFinite: p.s.nonFinite}
 	if root.kind != kindObject {
-		e := errorList{nonFinite: s.nonFinite}
 		e.add("model_attributes_type", loc(), "Input should be a valid dictionary or object to extract fields from", raw(body, root), "")
 		return nil, e.done()
 	}
-
-	e := errorList{nonFinite: s.nonFinite}
 	req := &Request{}
-	top := raw(body, root)
-	if !hasState {
-		e.add("missing", loc("state"), "Field required", top, "")
-	} else {
-		if !textual(state.kind) {
-			e.addUnion(loc("state"), raw(body, state))
-		}
-		req.State = raw(body, state)
-	}
-	switch model.kind {
-	case 0, kindNull:
-		// The seed types `model` as a string; null is in doubt (it reads
-		// as "not given" to many clients), so it is forwarded and the
-		// upstream decides.
-	case kindString:
-		req.Model = s.text(model)
-	default:
-		e.add("string_type", loc("model"), "Input should be a valid string", raw(body, model), "")
-	}
-	if !hasQuestions {
-		e.add("missing", loc("questions"), "Field required", top, "")
-	} else if questions.kind != kindObject {
-		e.add("dict_type", loc("questions"), "Input should be a valid dictionary", raw(body, questions), "")
-	}
+	p.checkTop(req, raw(body, root), &e)
 
 	// A repeated id keeps its first place and takes its last value, as a
 	// Python dict built from the decoded pairs does: only that value is
 	// validated, answered and counted.
-	qs, ids := distinctQuestions(&s, qs)
+	qs, ids := distinctQuestions(&p.s, p.qs)
+	var tokens tokenCount
+	tokens.add(p.state)
 	tooMany := false
-	var runes, cjkBytes, length int64
-	count := func(sp span) {
-		runes += sp.cjkRunes
-		cjkBytes += sp.cjkBytes
-		length += int64(sp.end - sp.start)
-	}
-	count(state)
 	req.Questions = make([]Question, 0, len(qs))
 	for i, q := range qs {
-		id := ids[i]
-		question := raw(body, q.value)
-		count(q.instructions)
-		count(q.crit)
-		typ, ok := questionType(&s, q, id, question, &e)
+		tokens.add(q.instructions)
+		tokens.add(q.crit)
+		typ, ok := p.checkQuestion(q, ids[i], &e)
 		if !ok {
 			continue
 		}
-		// The seed types instructions as text for every question; null is
-		// what clients send for a noul question without text, and the
-		// gateway forwards it on any type, leaving the doubt to the upstream.
-		if !q.hasInstr {
-			e.add("missing", loc("questions", id, typ, "instructions"), "Field required", question, "")
-		} else if !textual(q.instructions.kind) && q.instructions.kind != kindNull {
-			e.addUnion(loc("questions", id, typ, "instructions"), raw(body, q.instructions))
-		}
-		critLoc := func() string { return loc("questions", id, typ, "criteria") } // only for errors
-		switch typ {
-		case TypeNoul:
-			// Optional: an object with optional text `true` and `false`.
-			switch {
-			case !q.hasCrit || q.crit.kind == kindNull:
-			case q.crit.kind != kindObject:
-				e.add("model_attributes_type", critLoc(), "Input should be a valid dictionary or object to extract fields from", raw(body, q.crit), "")
-			case q.crit.odd:
-				// A model's fields are validated in their declared order.
-				members := distinctMembers(&s, q.crit)
-				for _, field := range []string{"true", "false"} {
-					for _, m := range members {
-						if m.key == field && m.value.scalar() {
-							e.addUnion(within(critLoc(), quote(m.key)), raw(body, m.value))
-						}
-					}
-				}
-			}
-		case TypeChoice:
-			switch {
-			case !q.hasCrit:
-				e.add("missing", critLoc(), "Field required", question, "")
-			case q.crit.kind != kindObject:
-				e.add("dict_type", critLoc(), "Input should be a valid dictionary", raw(body, q.crit), "")
-			default:
-				if q.crit.odd {
-					for _, m := range distinctMembers(&s, q.crit) {
-						if m.value.scalar() {
-							e.addUnion(within(critLoc(), quote(m.key)), raw(body, m.value))
-						}
-					}
-				}
-				tooMany = tooMany || q.crit.members > MaxChoices && distinctKeys(raw(body, q.crit)) > MaxChoices
-			}
-		case TypeScore:
-			// pydantic's list validator: the item past the maximum fails
-			// the list at once, alone; item errors come next; the minimum
-			// is checked only when every item is valid.
-			switch {
-			case !q.hasCrit:
-				e.add("missing", critLoc(), "Field required", question, "")
-			case q.crit.kind != kindArray:
-				e.add("list_type", critLoc(), "Input should be a valid list", raw(body, q.crit), "")
-			case q.crit.members > MaxTiers:
-				e.add("too_long", critLoc(),
-					"List should have at most 10 items after validation, not "+strconv.Itoa(q.crit.members), raw(body, q.crit),
-					`{"field_type":"List","max_length":10,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
-			case q.crit.odd:
-				for i, item := range arrayItems(&s, q.crit) {
-					if item.scalar() {
-						e.addUnion(within(critLoc(), strconv.Itoa(i)), raw(body, item))
-					}
-				}
-			case q.crit.members < MinTiers:
-				e.add("too_short", critLoc(),
-					"List should have at least 2 items after validation, not "+strconv.Itoa(q.crit.members), raw(body, q.crit),
-					`{"field_type":"List","min_length":2,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
-			}
-		}
-		req.Questions = append(req.Questions, Question{ID: id, Type: typ})
+		tooMany = tooMany || typ == TypeChoice && p.tooManyChoices(q)
+		req.Questions = append(req.Questions, Question{ID: ids[i], Type: typ})
 	}
 	if e.n > 0 {
 		return nil, e.done()
@@ -226,9 +88,229 @@ func ParseRequest(body []byte) (*Request, error) {
 	if tooMany {
 		return nil, &ValidationError{body: tooManyChoices}
 	}
-	req.EstimatedTokens = runes + (length-cjkBytes+3)/4
+	req.EstimatedTokens = tokens.estimate()
 	return req, nil
 }
+
+// requestSpans is what one scan of a request body finds: the spans of the
+// top-level fields and of each question's.
+type requestSpans struct {
+	s                       scanner
+	state, model, questions span
+	hasState, hasQuestions  bool
+	qs                      []questionSpans
+
+	// depth is the object the scan is in: the body, `questions`, or a
+	// question; visitMember is p.member.
+	depth       scanDepth
+	visitMember func(key span) bool
+}
+
+type scanDepth int
+
+const (
+	inBody scanDepth = iota
+	inQuestions
+	inQuestion
+)
+
+// member takes a member of the object the scan is in.
+func (p *requestSpans) member(key span) bool {
+	switch p.depth {
+	case inQuestions:
+		return p.question(key)
+	case inQuestion:
+		return p.questionField(key)
+	}
+	return p.topField(key)
+}
+
+// topField takes a top-level member's value, scanning into `questions`.
+func (p *requestSpans) topField(key span) bool {
+	switch {
+	case p.s.keyIs(key, "state"):
+		p.state, p.hasState = p.s.value(nil), true
+	case p.s.keyIs(key, "model"):
+		p.model = p.s.value(nil)
+	case p.s.keyIs(key, "questions"):
+		p.qs = p.qs[:0] // a repeated key replaces the earlier value
+		p.depth = inQuestions
+		p.questions, p.hasQuestions = p.s.value(p.visitMember), true
+		p.depth = inBody
+	default:
+		return false
+	}
+	return true
+}
+
+// question takes one member of `questions`, scanning into its fields.
+func (p *requestSpans) question(key span) bool {
+	p.qs = append(p.qs, questionSpans{id: key})
+	q := &p.qs[len(p.qs)-1]
+	p.depth = inQuestion
+	q.value = p.s.value(p.visitMember)
+	p.depth = inQuestions
+	return true
+}
+
+// questionField takes a field of the question being scanned (the last).
+func (p *requestSpans) questionField(key span) bool {
+	q := &p.qs[len(p.qs)-1]
+	switch {
+	case p.s.keyIs(key, "type"):
+		q.typ, q.hasType = p.s.value(nil), true
+	case p.s.keyIs(key, "instructions"):
+		q.instructions, q.hasInstr = p.s.value(nil), true
+	case p.s.keyIs(key, "criteria"):
+		q.crit, q.hasCrit = p.s.value(nil), true
+	default:
+		return false
+	}
+	return true
+}
+
+// checkTop validates `state`, `model` and the shape of `questions`, and
+// sets the request's state and model.
+func (p *requestSpans) checkTop(req *Request, top []byte, e *errorList) {
+	body := p.s.b
+	if !p.hasState {
+		e.add("missing", loc("state"), "Field required", top, "")
+	} else {
+		if !textual(p.state.kind) {
+			e.addUnion(loc("state"), raw(body, p.state))
+		}
+		req.State = raw(body, p.state)
+	}
+	switch p.model.kind {
+	case 0, kindNull:
+		// `model` is a string; null is in doubt (it reads as "not given"
+		// to many clients), so it is forwarded and the upstream decides.
+	case kindString:
+		req.Model = p.s.text(p.model)
+	default:
+		e.add("string_type", loc("model"), "Input should be a valid string", raw(body, p.model), "")
+	}
+	if !p.hasQuestions {
+		e.add("missing", loc("questions"), "Field required", top, "")
+	} else if p.questions.kind != kindObject {
+		e.add("dict_type", loc("questions"), "Input should be a valid dictionary", raw(body, p.questions), "")
+	}
+}
+
+// checkQuestion validates one question and returns its type; false when
+// its shape or type is wrong (the rest of it is not looked at, as the
+// upstream does not).
+func (p *requestSpans) checkQuestion(q questionSpans, id string, e *errorList) (string, bool) {
+	question := raw(p.s.b, q.value)
+	typ, ok := questionType(&p.s, q, id, question, e)
+	if !ok {
+		return "", false
+	}
+	// Instructions are text for every question type; null is what
+	// clients send for a noul question without text, and the gateway
+	// forwards it on any type, leaving the doubt to the upstream.
+	if !q.hasInstr {
+		e.add("missing", loc("questions", id, typ, "instructions"), "Field required", question, "")
+	} else if !textual(q.instructions.kind) && q.instructions.kind != kindNull {
+		e.addUnion(loc("questions", id, typ, "instructions"), raw(p.s.b, q.instructions))
+	}
+	switch typ {
+	case TypeNoul:
+		p.checkNoulCriteria(q, id, e)
+	case TypeChoice:
+		p.checkChoiceCriteria(q, id, question, e)
+	case TypeScore:
+		p.checkScoreCriteria(q, id, question, e)
+	}
+	return typ, true
+}
+
+// criteriaLoc is the error location of a question's criteria, built only
+// for an error: it allocates.
+func criteriaLoc(id, typ string) string { return loc("questions", id, typ, "criteria") }
+
+// checkNoulCriteria: optional, an object with optional text `true` and
+// `false`, validated in that declared order.
+func (p *requestSpans) checkNoulCriteria(q questionSpans, id string, e *errorList) {
+	switch {
+	case !q.hasCrit || q.crit.kind == kindNull:
+	case q.crit.kind != kindObject:
+		e.add("model_attributes_type", criteriaLoc(id, TypeNoul), "Input should be a valid dictionary or object to extract fields from", raw(p.s.b, q.crit), "")
+	case q.crit.odd:
+		members := distinctMembers(&p.s, q.crit)
+		for _, field := range []string{"true", "false"} {
+			for _, m := range members {
+				if m.key == field && m.value.scalar() {
+					e.addUnion(within(criteriaLoc(id, TypeNoul), quote(m.key)), raw(p.s.b, m.value))
+				}
+			}
+		}
+	}
+}
+
+// checkChoiceCriteria: required, an object of text descriptions.
+func (p *requestSpans) checkChoiceCriteria(q questionSpans, id string, question []byte, e *errorList) {
+	switch {
+	case !q.hasCrit:
+		e.add("missing", criteriaLoc(id, TypeChoice), "Field required", question, "")
+	case q.crit.kind != kindObject:
+		e.add("dict_type", criteriaLoc(id, TypeChoice), "Input should be a valid dictionary", raw(p.s.b, q.crit), "")
+	case q.crit.odd:
+		for _, m := range distinctMembers(&p.s, q.crit) {
+			if m.value.scalar() {
+				e.addUnion(within(criteriaLoc(id, TypeChoice), quote(m.key)), raw(p.s.b, m.value))
+			}
+		}
+	}
+}
+
+// tooManyChoices reports a choice question over MaxChoices options, counted
+// after repeated keys collapse, as the upstream counts them.
+func (p *requestSpans) tooManyChoices(q questionSpans) bool {
+	return q.hasCrit && q.crit.kind == kindObject && q.crit.members > MaxChoices && distinctKeys(raw(p.s.b, q.crit)) > MaxChoices
+}
+
+// checkScoreCriteria: required, a list of MinTiers to MaxTiers text tiers.
+// As pydantic's list validator: the item past the maximum fails the list at
+// once, alone; item errors come next; the minimum is checked only when
+// every item is valid.
+func (p *requestSpans) checkScoreCriteria(q questionSpans, id string, question []byte, e *errorList) {
+	switch {
+	case !q.hasCrit:
+		e.add("missing", criteriaLoc(id, TypeScore), "Field required", question, "")
+	case q.crit.kind != kindArray:
+		e.add("list_type", criteriaLoc(id, TypeScore), "Input should be a valid list", raw(p.s.b, q.crit), "")
+	case q.crit.members > MaxTiers:
+		e.add("too_long", criteriaLoc(id, TypeScore),
+			"List should have at most 10 items after validation, not "+strconv.Itoa(q.crit.members), raw(p.s.b, q.crit),
+			`{"field_type":"List","max_length":10,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
+	case q.crit.odd:
+		for i, item := range arrayItems(&p.s, q.crit) {
+			if item.scalar() {
+				e.addUnion(within(criteriaLoc(id, TypeScore), strconv.Itoa(i)), raw(p.s.b, item))
+			}
+		}
+	case q.crit.members < MinTiers:
+		e.add("too_short", criteriaLoc(id, TypeScore),
+			"List should have at least 2 items after validation, not "+strconv.Itoa(q.crit.members), raw(p.s.b, q.crit),
+			`{"field_type":"List","min_length":2,"actual_length":`+strconv.Itoa(q.crit.members)+`}`)
+	}
+}
+
+// tokenCount adds up the text of a request for the token estimate.
+type tokenCount struct {
+	runes, cjkBytes, length int64
+}
+
+func (t *tokenCount) add(sp span) {
+	t.runes += sp.cjkRunes
+	t.cjkBytes += sp.cjkBytes
+	t.length += int64(sp.end - sp.start)
+}
+
+// estimate is the input token estimate: a token per CJK character and per
+// four bytes of other text, rounded up.
+func (t tokenCount) estimate() int64 { return t.runes + (t.length-t.cjkBytes+3)/4 }
 
 // questionType checks a question's shape and discriminator and returns its type.
 func questionType(s *scanner, q questionSpans, id string, question []byte, e *errorList) (string, bool) {

@@ -427,7 +427,7 @@ func (s *scanner) text(sp span) string {
 }
 
 // typeName returns the text of a string span that names a question type:
-// the Type constant itself for the three the seed defines (no copy: every
+// the Type constant itself for the three the service defines (no copy: every
 // question and answer has one), a decoded copy for anything else.
 func (s *scanner) typeName(sp span) string {
 	if !sp.escaped {
