@@ -223,17 +223,39 @@ type Quota struct {
 // that is off sets neither of its headers; an unknown remaining omits that
 // header.
 func (d Decision) SetHeaders(h http.Header) {
-	set := func(limit, remaining string, q Quota) {
-		if q.Limit == 0 {
-			return
+	// The values share one string and one slice: two allocations per
+	// answer rather than eight.
+	type field struct {
+		name string
+		end  int // of its value in digits
+	}
+	var fields [4]field
+	var buf [4 * 20]byte
+	digits, n := buf[:0], 0
+	add := func(name string, v int64) {
+		digits = strconv.AppendInt(digits, v, 10)
+		fields[n], n = field{name, len(digits)}, n+1
+	}
+	for _, b := range [2]struct {
+		limit, remaining string
+		q                Quota
+	}{{headerLimitRequests, headerRemainingRequests, d.Requests}, {headerLimitTokens, headerRemainingTokens, d.Tokens}} {
+		if b.q.Limit == 0 {
+			continue
 		}
-		h[limit] = []string{strconv.FormatInt(q.Limit, 10)}
-		if q.Remaining >= 0 {
-			h[remaining] = []string{strconv.FormatInt(q.Remaining, 10)}
+		add(b.limit, b.q.Limit)
+		if b.q.Remaining >= 0 {
+			add(b.remaining, b.q.Remaining)
 		}
 	}
-	set(headerLimitRequests, headerRemainingRequests, d.Requests)
-	set(headerLimitTokens, headerRemainingTokens, d.Tokens)
+	if n > 0 {
+		text, values := string(digits), make([]string, n)
+		start := 0
+		for i, f := range fields[:n] {
+			values[i], start = text[start:f.end], f.end
+			h[f.name] = values[i : i+1 : i+1]
+		}
+	}
 	d.Budget.SetHeaders(h, 0)
 }
 

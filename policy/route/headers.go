@@ -28,21 +28,37 @@ const (
 // with a certificate.
 func (d Decision) SetHeaders(h http.Header) {
 	// The names are canonical already: plain map writes, no
-	// canonicalization per request.
-	h[HeaderRoute] = []string{d.Route}
-	h[HeaderReason] = []string{d.Reason}
+	// canonicalization per request. The values share one slice, and the
+	// ones built here one string: three allocations per answer, not eight.
+	values := make([]string, 0, 5)
+	set := func(name, value string) {
+		values = append(values, value)
+		h[name] = values[len(values)-1 : len(values) : len(values)]
+	}
+	set(HeaderRoute, d.Route)
+	set(HeaderReason, d.Reason)
 	if d.Model != "" && isPrintableASCII(d.Model) {
-		h[HeaderModel] = []string{d.Model}
+		set(HeaderModel, d.Model)
 	} else {
 		delete(h, HeaderModel)
 	}
+	var buf [256]byte
+	built := buf[:0]
 	if d.HasMinConfidence {
-		h[HeaderConfidence] = []string{strconv.FormatFloat(d.MinConfidence, 'f', 2, 64)}
+		built = strconv.AppendFloat(built, d.MinConfidence, 'f', 2, 64)
+	}
+	confidenceEnd := len(built)
+	if len(d.Questions) > 0 {
+		built = d.appendQuestions(built)
+	}
+	text := string(built)
+	if d.HasMinConfidence {
+		set(HeaderConfidence, text[:confidenceEnd])
 	} else {
 		delete(h, HeaderConfidence)
 	}
 	if len(d.Questions) > 0 {
-		h[HeaderQuestions] = []string{d.questionsHeader()}
+		set(HeaderQuestions, text[confidenceEnd:])
 	} else {
 		delete(h, HeaderQuestions)
 	}
@@ -104,13 +120,14 @@ func (d Decision) Certificates() string {
 	return strings.Join(ids, ",")
 }
 
-// questionsHeader returns `<id>=<route>, ...` with ids percent-encoded.
-func (d Decision) questionsHeader() string {
+// appendQuestions appends X-Route-Questions' value to b: `<id>=<route>,
+// ...` with ids percent-encoded.
+func (d Decision) appendQuestions(b []byte) []byte {
 	n := 0
 	for _, q := range d.Questions {
 		n += len(q.ID) + len(", =human")
 	}
-	b := make([]byte, 0, n)
+	b = slices.Grow(b, n)
 	for i, q := range d.Questions {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -119,7 +136,7 @@ func (d Decision) questionsHeader() string {
 		b = append(b, '=')
 		b = append(b, q.Route...)
 	}
-	return string(b)
+	return b
 }
 
 // appendEscaped percent-encodes s as RFC 3986 does for data: every byte but
