@@ -163,9 +163,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	h.namedOrgs = h.namedOrgSet(repl)
-	if h.limiter != nil {
-		liveLimiters.Store(h.limiter, struct{}{})
-	}
 	h.ownedPrefixes = []string{prefixGateway}
 	if h.router != nil {
 		h.ownedPrefixes = append(h.ownedPrefixes, prefixRoute)
@@ -248,7 +245,6 @@ func (h *Handler) releaseShared() error {
 	}
 	if h.limiter != nil {
 		_ = h.limiter.Close()
-		liveLimiters.Delete(h.limiter)
 	}
 	if h.release != nil {
 		return h.release()

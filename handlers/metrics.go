@@ -81,7 +81,7 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Namespace: namespace, Name: "routes_total",
 			Help: "Routed 200 answers by the concrete model version that answered (at most 100, then other), route and reason.",
 		}, []string{"model", "route", "reason"}),
-		limiterState: limiterCollector{},
+		limiterState: limits.Collector(),
 		cacheRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "cache_requests_total",
 			Help: "Evaluation requests that reached the upstream step with the answer cache on, by result: hit (answered from the cache) or miss (forwarded).",
@@ -285,66 +285,4 @@ func (b *boundedLabel) label(v string) string {
 	}
 	b.seen[v] = struct{}{}
 	return v
-}
-
-// The limiters' own metrics, read from the live limiters at scrape time.
-var (
-	redisUpDesc = prometheus.NewDesc(namespace+"_redis_up",
-		"1 while the rate limiter's Redis answers, 0 from the moment the limiter counts a Redis server (on a cluster, a master) lost (3 consecutive failures) until every lost one's keyed probe sees it serve again. Absent when no limiter uses Redis.",
-		nil, nil)
-	leasesDesc = prometheus.NewDesc(namespace+"_limit_leases_total",
-		"Lease calls to Redis that granted a slice of an organization's buckets (local_allowance).",
-		nil, nil)
-	settlementsPendingDesc = prometheus.NewDesc(namespace+"_limit_settlements_pending",
-		"Settlements and holds waiting for Redis (one per organization and kind): queued, or sent and not yet answered. Near 0 while Redis answers; it grows while Redis is lost, and past 100,000 queued new ones are dropped.",
-		nil, nil)
-	settlementsLostDesc = prometheus.NewDesc(namespace+"_limit_settlements_lost_total",
-		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost, so the script may have run; not sent again). One Redis refused before it ran is queued again, not counted.",
-		[]string{"reason"}, nil)
-)
-
-// liveLimiters are the limiters of the configs that run (during a reload,
-// the old config's and the new one's), read at scrape time.
-var liveLimiters sync.Map // *limits.Limiter -> struct{}
-
-// limiterCollector reports the limiters' metrics: systemone_redis_up is 0
-// when any live limiter counts its Redis as lost; the settlements pending
-// add up the live limiters' queues; the counters are the
-// process's (limits.ProcessStats), so they keep counting across reloads,
-// what a released limiter still sends or drops included. All are absent
-// while no limiter has used Redis.
-type limiterCollector struct{}
-
-func (limiterCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- redisUpDesc
-	ch <- settlementsPendingDesc
-	ch <- leasesDesc
-	ch <- settlementsLostDesc
-}
-
-func (limiterCollector) Collect(ch chan<- prometheus.Metric) {
-	up, used, pending := 1.0, false, int64(0)
-	liveLimiters.Range(func(k, _ any) bool {
-		l := k.(*limits.Limiter)
-		ok, uses := l.RedisUp()
-		if uses {
-			used = true
-			if !ok {
-				up = 0
-			}
-			pending += l.Stats().Pending
-		}
-		return true
-	})
-	total := limits.ProcessStats()
-	if !used && total == (limits.Stats{}) {
-		return
-	}
-	if used {
-		ch <- prometheus.MustNewConstMetric(redisUpDesc, prometheus.GaugeValue, up)
-		ch <- prometheus.MustNewConstMetric(settlementsPendingDesc, prometheus.GaugeValue, float64(pending))
-	}
-	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.CounterValue, float64(total.LeasesTaken))
-	ch <- prometheus.MustNewConstMetric(settlementsLostDesc, prometheus.CounterValue, float64(total.SettlementsDropped), "dropped")
-	ch <- prometheus.MustNewConstMetric(settlementsLostDesc, prometheus.CounterValue, float64(total.SettlementsUnanswered), "unanswered")
 }

@@ -122,6 +122,7 @@ func build(cfg Config, rdb RedisClient, prefix string, o redisstore.Options, swe
 		// In process every admission is local already.
 		o.Logger.Warn("local_allowance has no effect without redis")
 	}
+	live.Store(l, struct{}{})
 	return l, nil
 }
 
@@ -135,6 +136,7 @@ func (l *Limiter) Close() error {
 			_ = l.shared.Close()
 		}
 		l.closeErr = l.local.Close()
+		live.Delete(l)
 	})
 	return l.closeErr
 }
