@@ -29,7 +29,7 @@ import (
 //
 // Two choices follow the gateway's contract rather than Python, since there
 // FastAPI answers 400 "There was an error parsing the body" instead of a 422
-// (CONTRACT.md §3: a body that is not JSON gets json_invalid): invalid UTF-8
+// (a body that is not JSON gets json_invalid): invalid UTF-8
 // is json_invalid "Invalid UTF-8" at the first bad character, and nesting
 // deeper than maxNesting (Python's recursion limit, about 1,000) is
 // json_invalid "Maximum nesting depth exceeded" at the bracket too many.

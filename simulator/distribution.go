@@ -7,7 +7,7 @@ import (
 )
 
 // Distributions are kept in whole hundredths summing to exactly 100: that is
-// the seed's "rounded to two decimals, then renormalized so the sum is exactly
+// the service's "rounded to two decimals, then renormalized so the sum is exactly
 // 1", with no floating-point error left to show in JSON.
 
 // apportion splits total into whole parts proportional to weights by the
@@ -132,7 +132,7 @@ func argmax(dist []int) int {
 	return best
 }
 
-// choiceConfidence is the seed's (n*peak - 1) / (n - 1); 1 for one option.
+// choiceConfidence is the service's (n*peak - 1) / (n - 1); 1 for one option.
 func choiceConfidence(dist []int) float64 {
 	n := len(dist)
 	if n == 1 {

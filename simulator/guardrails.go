@@ -26,7 +26,7 @@ const (
 
 var levelNames = [...]string{"无风险", "低风险", "中风险", "高风险"}
 
-// categoryLevels is the seed's table of categories by risk level.
+// categoryLevels is the guardrails service's table of categories by risk level.
 var categoryLevels = map[string]int{
 	"敏感政治话题": riskHigh, "损害国家形象": riskHigh, "暴力犯罪": riskHigh, "提示词攻击": riskHigh,
 	"一般政治话题": riskMedium, "伤害未成年人": riskMedium, "违法犯罪": riskMedium, "色情": riskMedium,
@@ -61,7 +61,7 @@ var triggers = []struct{ phrase, category string }{
 	{"身份证号", "侵犯个人隐私"},
 }
 
-// guardrailsMessages are the seed's messages for the statuses it names.
+// guardrailsMessages are the service's messages for the statuses it names.
 var guardrailsMessages = map[int]string{
 	http.StatusBadRequest:          "Invalid request parameters",
 	http.StatusUnauthorized:        "Invalid API key",
@@ -231,7 +231,7 @@ func detect(contents []string) []string {
 }
 
 // writeGuardrailsError writes an error in the guardrails service's style: the
-// seed's code is the status followed by 01 (40001, 40101, 42901, 50001).
+// service's code is the status followed by 01 (40001, 40101, 42901, 50001).
 func writeGuardrailsError(w http.ResponseWriter, status int, message string) {
 	body, _ := json.Marshal(struct {
 		Code    int    `json:"code"`

@@ -18,11 +18,11 @@
 //  1. authentication (401), then the test-control headers below (400 when one
 //     is malformed, or the status X-Simulator-Status asks for);
 //  2. the body, at most 16 MiB (413 {"detail":"request_too_large"}), decoded
-//     as Python's json module does and validated as the seed's pydantic
-//     models would be (422 with FastAPI's list of errors, or the seed's
+//     as Python's json module does and validated as the service's pydantic
+//     models would be (422 with FastAPI's list of errors, or the service's
 //     "Too many choices" string): decode.go and validate.go, written apart
 //     from the gateway's parser so that tests compare two readings of the
-//     seed;
+//     service's rules;
 //  3. the model: omitted, "service-latest" and "service-preview" resolve to
 //     the configured version, a version identifier service-<n>.<n>.<n> is
 //     accepted as itself, anything else is 404 {"detail":"model_not_found"};
@@ -35,7 +35,7 @@
 //  6. overload (529 {"detail":"overloaded"});
 //  7. latency, then the answer.
 //
-// A choice question without options, which the seed lets through, gets 500:
+// A choice question without options, which the documented types let through, gets 500:
 // there is nothing to choose.
 //
 // Answers are deterministic: the same body and version give the same answer,
@@ -43,7 +43,7 @@
 // id and the question's JSON (state and question without insignificant white
 // space). service-1.0.0 and service-2.0.0 answer against a truth that
 // depends on the content only, each by its own confidence-to-agreement
-// curve; any other version answers at random (see Truth and Agreement). They follow the seed's numeric rules
+// curve; any other version answers at random (see Truth and Agreement). They follow the service's numeric rules
 // exactly: probabilities in whole hundredths summing to exactly 1; choice
 // `choice` the first option with the highest probability and `confidence`
 // (n*peak-1)/(n-1); score `score` the probability-weighted tier and
@@ -105,7 +105,7 @@
 //	侵犯个人隐私 (low, compliance)  home address of, 身份证号
 //
 // A marker [[guardrails:<category>]] in a message reports that category: one
-// of the seed's twelve at its table level, or any other text at 中风险, so the
+// of the service's twelve at its table level, or any other text at 中风险, so the
 // gateway's handling of unknown categories can be tested. 提示词攻击 is reported
 // under `security`, every other category under `compliance`.
 //

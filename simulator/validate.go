@@ -8,8 +8,8 @@ import (
 // This file is the service's request validation, written from the
 // evaluation seed as FastAPI and pydantic v2 would run it. It is
 // deliberately not the gateway's evaluation.ParseRequest: the tests compare
-// the gateway's 422s with these, two implementations of one seed. The
-// models the seed describes, in pydantic's words:
+// the gateway's 422s with these, two implementations of one specification. The
+// models the evaluation service documents, in pydantic's words:
 //
 //	Text = str | dict[str, Any] | list[Any]
 //
@@ -37,25 +37,25 @@ import (
 //	    model: str = "service-latest"
 //	    questions: dict[str, Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]]
 //
-// The seed gives the types; CONTRACT.md §3 adds what the service is known to
-// accept beyond them: null noul instructions, null score tiers, null choice
-// descriptions, and no criteria on a noul question. Everything else the seed
-// types as text (choice and score instructions, `model`) refuses null. After
+// Those are the documented types; the service is known to accept more
+// than they say: null noul instructions, null score tiers, null choice
+// descriptions, and no criteria on a noul question. Everything else typed
+// as text (choice and score instructions, `model`) refuses null. After
 // the model validates, the handler refuses a choice question with more than
-// 255 options with the seed's plain-string detail.
+// 255 options with the service's plain-string detail.
 //
 // FastAPI validates the decoded body with from_attributes=True, so a model
 // given something other than an object reports model_attributes_type; it
 // prefixes every loc with "body"; errors come in field order, all of them.
 
-// Question types the seed defines, in the order the service's union lists them.
+// Question types the service defines, in the order the service's union lists them.
 const (
 	typeNoul   = "noul"
 	typeChoice = "choice"
 	typeScore  = "score"
 )
 
-// Limits the seed states.
+// Limits the service states.
 const (
 	maxChoices = 255
 	minTiers   = 2

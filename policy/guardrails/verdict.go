@@ -57,7 +57,7 @@ var serviceCategories = map[string]string{
 }
 
 // Categories are the contract's category names, in the order verdicts
-// report them: the seed's, from the high-risk ones down, then other. A fixed
+// report them: the guardrails service's table order, from the high-risk ones down, then other. A fixed
 // order keeps headers and cached verdicts independent of the order the
 // service happens to list them in.
 var Categories = []string{
@@ -99,7 +99,7 @@ type Verdict struct {
 	Risk string
 	// Categories are the contract names of the categories the service found,
 	// under compliance or security, deduplicated, in a fixed order (the
-	// seed's, high-risk first); a category the contract does not know is
+	// service's table, high-risk first); a category the contract does not know is
 	// CategoryOther. Nil when none.
 	Categories []string
 	// ServiceAction is the service's suggest_action in English: pass, block,
