@@ -1,6 +1,6 @@
 // Package simulator is a simulated upstream for the gateway: the evaluation
 // service (GET /v1/models, POST /v1/systemone) and the content guardrails
-// service (POST /v1/guardrails), as the two seed documents describe them. Every
+// service (POST /v1/guardrails), as the services document them. Every
 // test and demo uses it as the upstream, and a new user tries the gateway with
 // it without an account.
 //

@@ -6,7 +6,7 @@ import (
 )
 
 // This file is the service's request validation, written from the
-// evaluation seed as FastAPI and pydantic v2 would run it. It is
+// evaluation service's documented types as FastAPI and pydantic v2 would run it. It is
 // deliberately not the gateway's evaluation.ParseRequest: the tests compare
 // the gateway's 422s with these, two implementations of one specification. The
 // models the evaluation service documents, in pydantic's words:
