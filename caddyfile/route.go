@@ -46,13 +46,14 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 	return cfg, at.wrap(cfg.Validate())
 }
 
-// parsePin parses one `pin <version> { ... }` of the route block, section.
-func parsePin(d *caddyfile.Dispenser, cfg *route.Config, section section) error {
+// parsePin parses one `pin <version> { ... }` of the route block, whose
+// section is parent.
+func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) error {
 	version, err := stringArg(d)
 	if err != nil {
 		return err
 	}
-	at := section.here(d)
+	at := parent.here(d)
 	pin := route.Pin{Version: version}
 	if err := block(d, func(name string) (err error) {
 		switch name {
