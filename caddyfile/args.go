@@ -2,6 +2,7 @@ package caddyfile
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -25,6 +26,35 @@ func block(d *caddyfile.Dispenser, fn func(name string) error, repeatable ...str
 		}
 	}
 	return nil
+}
+
+// section reports what a policy's Validate finds wrong in a block: the
+// error as Validate words it, after the block's name (as the handler names
+// the block when it provisions a JSON config, so that both say the same),
+// wrapped by Dispenser.WrapErr with the file, line and import chain of the
+// token the section was taken at.
+type section struct {
+	name string
+	at   caddyfile.Dispenser // a copy, its cursor left where the section was taken
+}
+
+// sectionAt takes the section of the block whose name the dispenser is at.
+func sectionAt(d *caddyfile.Dispenser) section {
+	return section{name: d.Val(), at: *d}
+}
+
+// here is the same section, reporting at the dispenser's current token
+// (the line of a pin inside the route block, say).
+func (s section) here(d *caddyfile.Dispenser) section {
+	return section{name: s.name, at: *d}
+}
+
+// wrap returns err, if any, as the section's.
+func (s section) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return s.at.WrapErr(fmt.Errorf("%s: %w", s.name, err))
 }
 
 // stringArg reads exactly one argument, kept verbatim (placeholders included).
@@ -56,15 +86,12 @@ func resolvedArg(d *caddyfile.Dispenser) (string, error) {
 	return caddy.NewReplacer().ReplaceAll(d.Val(), ""), nil
 }
 
-// oneOf reads exactly one argument, placeholders resolved, that must be
-// one of the values the policy's package lists.
-func oneOf(d *caddyfile.Dispenser, allowed []string) (string, error) {
+// wordArg reads exactly one argument, placeholders resolved: a value such
+// as own|reject, which the policy's Validate checks.
+func wordArg(d *caddyfile.Dispenser) (string, error) {
 	v, err := resolvedArg(d)
 	if err != nil {
 		return "", err
-	}
-	if !slices.Contains(allowed, v) {
-		return "", d.Errf("%q is not one of %v", v, allowed)
 	}
 	if d.NextArg() {
 		return "", d.ArgErr()
@@ -72,16 +99,12 @@ func oneOf(d *caddyfile.Dispenser, allowed []string) (string, error) {
 	return v, nil
 }
 
-// listOf reads one or more arguments, placeholders resolved, each one of
-// the values the policy's package lists.
-func listOf(d *caddyfile.Dispenser, allowed []string) ([]string, error) {
+// wordsArg reads one or more arguments, placeholders resolved: values such
+// as risk levels, which the policy's Validate checks.
+func wordsArg(d *caddyfile.Dispenser) ([]string, error) {
 	var out []string
 	for d.NextArg() {
-		v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
-		if !slices.Contains(allowed, v) {
-			return nil, d.Errf("%q is not one of %v", v, allowed)
-		}
-		out = append(out, v)
+		out = append(out, caddy.NewReplacer().ReplaceAll(d.Val(), ""))
 	}
 	if len(out) == 0 {
 		return nil, d.ArgErr()
@@ -89,58 +112,71 @@ func listOf(d *caddyfile.Dispenser, allowed []string) ([]string, error) {
 	return out, nil
 }
 
-// blockErr reports an error that a policy's Validate found in a whole
-// block, at the line that opened the block. Call it where the block begins.
-func blockErr(d *caddyfile.Dispenser) func(error) error {
-	name, file, line := d.Val(), d.File(), d.Line()
-	return func(err error) error {
-		return fmt.Errorf("%s: %v, at %s:%d", name, err, file, line)
+// notZero refuses a 0 written for option. In a JSON config 0 (or nothing)
+// leaves an option at its default; a Caddyfile says so by leaving the line
+// out, so a 0 written there is a mistake, not a request for the default.
+func notZero(d *caddyfile.Dispenser, option string, isZero bool) error {
+	if isZero {
+		return d.Errf("%s must not be 0: leave it out for its default", option)
 	}
+	return nil
 }
 
-// lineErr reports an error that a policy's Validate found in a block, at
-// the line of the current token, as d.WrapErr would there: call it where
-// the block begins, use it once the block is read.
-func lineErr(d *caddyfile.Dispenser) func(error) error {
-	file, line := d.File(), d.Line()
-	return func(err error) error {
-		return fmt.Errorf("%w, at %s:%d", err, file, line)
-	}
-}
-
-// countArg reads a non-negative whole number (0 turns a bucket off).
-func countArg(d *caddyfile.Dispenser) (*int64, error) {
+// wholeArg reads exactly one whole number, placeholders resolved, of any
+// sign (the policy's Validate checks its range).
+func wholeArg(d *caddyfile.Dispenser) (int64, error) {
 	v, err := resolvedArg(d)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return nil, d.Errf("%q is not a whole number >= 0", v)
+	if err != nil {
+		return 0, d.Errf("%q is not a whole number", v)
 	}
 	if d.NextArg() {
-		return nil, d.ArgErr()
+		return 0, d.ArgErr()
+	}
+	return n, nil
+}
+
+// countArg reads a whole number that may be 0 (0 turns a bucket off).
+func countArg(d *caddyfile.Dispenser) (*int64, error) {
+	n, err := wholeArg(d)
+	if err != nil {
+		return nil, err
 	}
 	return &n, nil
 }
 
-// countOf reads a whole number >= 0 and has the policy's check turn it
-// into its value (check names the option in its message).
-func countOf[T any](d *caddyfile.Dispenser, check func(option string, n int64) (T, error)) (T, error) {
-	option := d.Val() // the subdirective, before its argument is read
-	n, err := countArg(d)
+// nonZeroArg reads a whole number other than 0 (see notZero).
+func nonZeroArg(d *caddyfile.Dispenser) (int64, error) {
+	option := d.Val()
+	n, err := wholeArg(d)
 	if err != nil {
-		var zero T
-		return zero, err
+		return 0, err
 	}
-	v, err := check(option, *n)
-	if err != nil {
-		return v, d.Err(err.Error())
-	}
-	return v, nil
+	return n, notZero(d, option, n == 0)
 }
 
-// fractionArg reads one number (the route policy checks its range).
+// uint32Arg reads a whole number from 1 to the most a uint32 holds: a
+// number the JSON config holds in a uint32, 0 being its default there.
+func uint32Arg(d *caddyfile.Dispenser) (uint32, error) {
+	option := d.Val()
+	v, err := resolvedArg(d)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return 0, d.Errf("%q is not a whole number up to %d", v, uint32(math.MaxUint32))
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return uint32(n), notZero(d, option, n == 0)
+}
+
+// fractionArg reads one number (the policy checks its range).
 func fractionArg(d *caddyfile.Dispenser) (float64, error) {
 	f, err := numberArg(d)
 	if err != nil {
@@ -166,32 +202,42 @@ func numberArg(d *caddyfile.Dispenser) (float64, error) {
 	return f, nil
 }
 
+// durationArg reads exactly one duration other than 0 (see notZero); a
+// negative one is left to the policy's Validate.
 func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+	return namedDurationArg(d, d.Val())
+}
+
+// namedDurationArg is durationArg for an argument that is not the first of
+// its line, named option.
+func namedDurationArg(d *caddyfile.Dispenser, option string) (caddy.Duration, error) {
 	v, err := resolvedArg(d)
 	if err != nil {
 		return 0, err
 	}
 	dur, err := caddy.ParseDuration(v)
-	if err != nil || dur <= 0 {
-		return 0, d.Errf("%q is not a positive duration", v)
+	if err != nil {
+		return 0, d.Errf("%q is not a duration (such as 250ms or 2s)", v)
 	}
 	if d.NextArg() {
 		return 0, d.ArgErr()
 	}
-	return caddy.Duration(dur), nil
+	return caddy.Duration(dur), notZero(d, option, dur == 0)
 }
 
-func sizeArg(d *caddyfile.Dispenser) (uint64, error) {
+// sizeArg reads exactly one size other than 0 (see notZero), in bytes.
+func sizeArg(d *caddyfile.Dispenser) (int64, error) {
+	option := d.Val()
 	v, err := resolvedArg(d)
 	if err != nil {
 		return 0, err
 	}
 	size, err := humanize.ParseBytes(v)
-	if err != nil {
+	if err != nil || size > math.MaxInt64 {
 		return 0, d.Errf("%q is not a size (such as 4MiB or 512KB)", v)
 	}
 	if d.NextArg() {
 		return 0, d.ArgErr()
 	}
-	return size, nil
+	return int64(size), notZero(d, option, size == 0)
 }

@@ -39,7 +39,7 @@ func TestUnmarshalActiveAuditErrors(t *testing.T) {
 		"audit active x":                      `"x" is not a number`,
 		"audit active 0":                      "share 0 is not in (0, 1]",
 		"audit active 1.5":                    "share 1.5 is not in (0, 1]",
-		"audit active 0.1 floor 0":            "floor 0 would leave answers no chance",
+		"audit active 0.1 floor 0":            "floor must not be 0: leave it out for its default",
 		"audit active 0.1 floor 0.2":          "floor 0.2 is not in (0, 0.1]",
 		"audit active 0.1 floor":              "wrong argument count",
 		"audit active 0.1 from 1.2":           "from 1.2 is outside 0..1",

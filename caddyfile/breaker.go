@@ -11,16 +11,16 @@ func parseBreaker(d *caddyfile.Dispenser) (*breaker.Config, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	at := blockErr(d)
+	at := sectionAt(d)
 	cfg := new(breaker.Config)
 	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "failures":
-			cfg.Failures, err = countOf(d, breaker.Count)
+			cfg.Failures, err = uint32Arg(d)
 		case "open_for":
 			cfg.OpenFor, err = durationArg(d)
 		case "half_open":
-			cfg.HalfOpen, err = countOf(d, breaker.Count)
+			cfg.HalfOpen, err = uint32Arg(d)
 		default:
 			return d.Errf("unknown breaker subdirective %q", name)
 		}
@@ -28,8 +28,5 @@ func parseBreaker(d *caddyfile.Dispenser) (*breaker.Config, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, at(err)
-	}
-	return cfg, nil
+	return cfg, at.wrap(cfg.Validate())
 }

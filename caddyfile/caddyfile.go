@@ -1,19 +1,18 @@
 // Package caddyfile registers the `systemone` Caddyfile directive, orders it
 // before reverse_proxy, and parses it into the handler's JSON config. It only
-// parses: each block's defaults, validation and error texts belong to its
-// policy's package (one file here per block), and errors carry the
-// Caddyfile's file and line.
+// parses (one file here per block): the errors found here are of syntax (a
+// wrong number of arguments, a token that is not a number, size or duration
+// at all, an unknown or repeated subdirective). Every value is checked by
+// its policy's Validate, the check a JSON config gets, and the Caddyfile
+// reports Validate's error as it is, wrapped with the file and line.
 package caddyfile
 
 import (
-	"math"
-
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/systemone/systemone-gateway/handlers"
-	"github.com/systemone/systemone-gateway/policy/identity"
 )
 
 // Register adds the directive and its place in Caddy's handler order, so a
@@ -141,19 +140,13 @@ func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "max_body":
-			var size uint64
-			if size, err = sizeArg(d); err == nil {
-				if size == 0 || size > math.MaxInt64 {
-					return d.Errf("max_body must be a positive size")
-				}
-				h.MaxBody = int64(size)
-			}
+			h.MaxBody, err = sizeArg(d)
 		case "org_header":
 			h.OrgHeader, err = stringArg(d)
 		case "org_keys":
 			h.OrgKeys, err = stringArg(d)
 		case "unknown_keys":
-			h.UnknownKeys, err = oneOf(d, identity.UnknownKeyPolicies)
+			h.UnknownKeys, err = wordArg(d)
 		case "per_org_metrics":
 			h.PerOrgMetrics, h.MetricsOrgs = true, d.RemainingArgs()
 		case "redis":
@@ -179,8 +172,9 @@ func Unmarshal(d *caddyfile.Dispenser, h *handlers.Handler) error {
 	}); err != nil {
 		return err
 	}
+	// The handler's own settings; each block was validated where it ended.
 	if err := h.Validate(); err != nil {
-		return d.Err(err.Error())
+		return d.WrapErr(err)
 	}
 	return nil
 }

@@ -7,14 +7,13 @@ import (
 )
 
 // parseGuardrails parses the `guardrails <url>` block; package guardrails
-// validates it.
+// validates it (a missing URL included).
 func parseGuardrails(d *caddyfile.Dispenser) (*guardrails.Config, error) {
-	at := blockErr(d)
+	at := sectionAt(d)
 	cfg := new(guardrails.Config)
-	if !d.NextArg() {
-		return nil, d.Err("guardrails needs the service's base URL")
+	if d.NextArg() {
+		cfg.URL = d.Val()
 	}
-	cfg.URL = d.Val()
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
@@ -27,17 +26,17 @@ func parseGuardrails(d *caddyfile.Dispenser) (*guardrails.Config, error) {
 		case "timeout":
 			cfg.Timeout, err = durationArg(d)
 		case "block":
-			cfg.Block, err = listOf(d, guardrails.Levels)
+			cfg.Block, err = wordsArg(d)
 		case "review":
-			cfg.Review, err = listOf(d, guardrails.Levels)
+			cfg.Review, err = wordsArg(d)
 		case "block_category":
-			cfg.BlockCategory, err = listOf(d, guardrails.Categories)
+			cfg.BlockCategory, err = wordsArg(d)
 		case "on_error":
-			cfg.OnError, err = oneOf(d, guardrails.OnErrorValues)
+			cfg.OnError, err = wordArg(d)
 		case "cache":
 			cfg.Cache, err = durationArg(d)
 		case "mode":
-			cfg.Mode, err = oneOf(d, guardrails.Modes)
+			cfg.Mode, err = wordArg(d)
 		default:
 			return d.Errf("unknown guardrails subdirective %q", name)
 		}
@@ -45,8 +44,5 @@ func parseGuardrails(d *caddyfile.Dispenser) (*guardrails.Config, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, at(err)
-	}
-	return cfg, nil
+	return cfg, at.wrap(cfg.Validate())
 }

@@ -15,12 +15,10 @@ func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	at := blockErr(d)
+	at := sectionAt(d)
 	cfg := new(limits.Config)
 	if err := block(d, func(name string) (err error) {
 		switch name {
-		case "redis", "key_prefix":
-			return d.Errf("%s moved from the limits block to the systemone block: write it directly under systemone", name)
 		case "requests_per_minute":
 			cfg.RequestsPerMinute, err = countArg(d)
 		case "tokens_per_second":
@@ -32,14 +30,11 @@ func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
 		case "price":
 			cfg.Price, err = yuanArg(d)
 		case "budget_timezone":
-			cfg.BudgetTimezone, err = resolvedArg(d)
-			if err == nil && d.NextArg() {
-				err = d.ArgErr()
-			}
+			cfg.BudgetTimezone, err = wordArg(d)
 		case "org":
 			err = parseOrg(d, cfg)
 		case "on_store_error":
-			cfg.OnStoreError, err = oneOf(d, limits.StoreErrorModes)
+			cfg.OnStoreError, err = wordArg(d)
 		case "store_timeout":
 			cfg.StoreTimeout, err = durationArg(d)
 		case "local_allowance":
@@ -51,10 +46,7 @@ func parseLimits(d *caddyfile.Dispenser) (*limits.Config, error) {
 	}, "org"); err != nil {
 		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, at(err)
-	}
-	return cfg, nil
+	return cfg, at.wrap(cfg.Validate())
 }
 
 func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
@@ -82,9 +74,6 @@ func parseOrg(d *caddyfile.Dispenser, cfg *limits.Config) error {
 		return err
 	}); err != nil {
 		return err
-	}
-	if o == (limits.Override{}) {
-		return d.Errf("org %q overrides nothing", id)
 	}
 	if cfg.Orgs == nil {
 		cfg.Orgs = map[string]limits.Override{}
@@ -115,7 +104,7 @@ func budgetArg(d *caddyfile.Dispenser) (*limits.Budget, error) {
 	if !d.NextArg() || d.Val() != "per" {
 		return nil, d.Errf("budget %s: want `budget <yuan> per day|month`", v)
 	}
-	per, err := oneOf(d, limits.BudgetPeriods)
+	per, err := wordArg(d)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +119,7 @@ func amount(d *caddyfile.Dispenser) (limits.Yuan, string, error) {
 	}
 	y, err := limits.ParseYuan(v)
 	if err != nil {
-		return 0, "", d.Err(err.Error())
+		return 0, "", d.WrapErr(err)
 	}
 	return y, v, nil
 }
@@ -152,7 +141,7 @@ func allowanceArgs(d *caddyfile.Dispenser) (*limits.LocalAllowance, error) {
 	share := f / 100
 	a.Share = &share
 	if d.CountRemainingArgs() > 0 {
-		if a.Interval, err = durationArg(d); err != nil {
+		if a.Interval, err = namedDurationArg(d, "local_allowance interval"); err != nil {
 			return nil, err
 		}
 	}

@@ -41,7 +41,7 @@ func TestOperationsDocs(t *testing.T) {
 		t.Errorf("the key_prefix error %v is not quoted in docs/operations.md", err)
 	}
 	err = adaptAndProvision(":8080 {\n\tsystemone {\n\t\tbreaker {\n\t\t\tfailures 0\n\t\t}\n\t}\n}\n")
-	if err == nil || !strings.Contains(doc, "\n"+err.Error()[strings.Index(err.Error(), "failures 0"):]+"\n") {
+	if err == nil || !strings.Contains(err.Error(), "failures must not be 0") || !strings.Contains(doc, "\n"+err.Error()[strings.Index(err.Error(), "failures must not be 0"):]+"\n") {
 		t.Errorf("the breaker error %v is not quoted in docs/operations.md", err)
 	}
 	// The JSON config's error names the block once.

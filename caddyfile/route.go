@@ -13,38 +13,29 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	at := blockErr(d)
+	at := sectionAt(d)
 	cfg := new(route.Config)
 	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "pin":
-			err = parsePin(d, cfg)
+			err = parsePin(d, cfg, at)
 		case "unpinned":
-			cfg.Unpinned, err = oneOf(d, route.Routes)
+			cfg.Unpinned, err = wordArg(d)
 		case "queue":
 			err = parseQueue(d, cfg)
 		case "audit":
 			err = parseAudit(d, cfg)
 		case "on_alarm":
-			cfg.OnAlarm, err = oneOf(d, route.OnAlarms)
+			cfg.OnAlarm, err = wordArg(d)
 		case "org_fallback":
-			cfg.OrgFallback, err = resolvedArg(d)
-			if err == nil && d.NextArg() {
-				err = d.ArgErr()
-			}
+			cfg.OrgFallback, err = wordArg(d)
 		case "include_content":
 			if d.NextArg() {
 				return d.ArgErr()
 			}
 			cfg.IncludeContent = true
 		case "max_content":
-			var size uint64
-			if size, err = sizeArg(d); err == nil {
-				if size == 0 || size > 1<<40 {
-					return d.Errf("max_content %d bytes: want 1KiB or more (and at most 1TiB)", size)
-				}
-				cfg.MaxContent = int64(size)
-			}
+			cfg.MaxContent, err = sizeArg(d)
 		default:
 			return d.Errf("unknown route subdirective %q", name)
 		}
@@ -52,23 +43,17 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 	}, "pin"); err != nil {
 		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, at(err)
-	}
-	return cfg, nil
+	return cfg, at.wrap(cfg.Validate())
 }
 
-func parsePin(d *caddyfile.Dispenser, cfg *route.Config) error {
+// parsePin parses one `pin <version> { ... }` of the route block, whose
+// section is parent.
+func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) error {
 	version, err := stringArg(d)
 	if err != nil {
 		return err
 	}
-	for _, p := range cfg.Pins {
-		if p.Version == version {
-			return d.Errf("version %q is pinned twice", version)
-		}
-	}
-	at := lineErr(d)
+	at := parent.here(d)
 	pin := route.Pin{Version: version}
 	if err := block(d, func(name string) (err error) {
 		switch name {
@@ -89,12 +74,14 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config) error {
 	}, "question", "org"); err != nil {
 		return err
 	}
-	// Checked here too, not only with the whole block, to name the pin's
-	// line.
-	if err := pin.Validate(); err != nil {
-		return at(err)
+	// The pins so far, alone, are a valid route block unless this pin is
+	// at fault: validated here, its faults name the pin's line (the whole
+	// block is validated again once it is read).
+	pins := append(cfg.Pins, pin)
+	if err := at.wrap((route.Config{Pins: pins}).Validate()); err != nil {
+		return err
 	}
-	cfg.Pins = append(cfg.Pins, pin)
+	cfg.Pins = pins
 	return nil
 }
 
@@ -191,9 +178,7 @@ func certArg(d *caddyfile.Dispenser) (string, error) {
 	return cert, nil
 }
 
-// parseQueue parses `queue <stream> [maxlen <n>]`. The include_content
-// that the first version took on this line is still read, as the route
-// block's own.
+// parseQueue parses `queue <stream> [maxlen <n>]`.
 func parseQueue(d *caddyfile.Dispenser, cfg *route.Config) error {
 	stream, err := stringArg(d)
 	if err != nil {
@@ -210,11 +195,12 @@ func parseQueue(d *caddyfile.Dispenser, cfg *route.Config) error {
 			if err != nil {
 				return err
 			}
-			if q.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || q.MaxLen < 1 {
-				return d.Errf("maxlen %q is not a whole number >= 1", v)
+			if q.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return d.Errf("maxlen %q is not a whole number", v)
 			}
-		case "include_content":
-			cfg.IncludeContent = true
+			if err := notZero(d, "maxlen", q.MaxLen == 0); err != nil {
+				return err
+			}
 		default:
 			return d.Errf("queue takes a stream, then maxlen <n>, not %q", d.Val())
 		}
@@ -256,8 +242,8 @@ func parseAudit(d *caddyfile.Dispenser, cfg *route.Config) error {
 			return err
 		}
 		if name == "floor" {
-			if v == 0 {
-				return d.Err("audit active: floor 0 would leave answers no chance of a label; the weighted calibration needs every chance above 0")
+			if err := notZero(d, "floor", v == 0); err != nil {
+				return err
 			}
 			a.Floor = v
 		} else {

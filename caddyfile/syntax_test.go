@@ -111,12 +111,10 @@ func (sd syntaxDoc) adapt(text string) error {
 }
 
 // unknown reports whether err is a parser's refusal of name as a
-// subdirective it does not know, or no longer knows in that block (one that
-// moved names its new place instead).
+// subdirective it does not know in that block.
 func unknown(err error, name string) bool {
 	msg := err.Error()
-	return strings.Contains(msg, strconv.Quote(name)) && (strings.Contains(msg, "unknown") || strings.Contains(msg, "unrecognized")) ||
-		strings.Contains(msg, name+" moved from")
+	return strings.Contains(msg, strconv.Quote(name)) && (strings.Contains(msg, "unknown") || strings.Contains(msg, "unrecognized"))
 }
 
 // syntaxNode is one line of a syntax block: a name, its argument spec and,

@@ -201,9 +201,6 @@ func (h *Handler) Validate() error {
 	if len(h.MetricsOrgs) > 0 && !h.PerOrgMetrics {
 		return fmt.Errorf("metrics_orgs needs per_org_metrics")
 	}
-	if h.Route != nil && h.Route.OnAlarm == route.OnAlarmHuman && len(h.Redis) == 0 {
-		return fmt.Errorf("on_alarm human needs redis: the alarms are read from the review handler's Redis")
-	}
 	// Placeholders known now ({env.*}) are resolved for the check; the
 	// value is checked again once resolved in Provision.
 	if _, err := keyprefix.Resolve(caddy.NewReplacer(), h.KeyPrefix); err != nil {

@@ -268,7 +268,7 @@ func TestRouteQueueIncludeContent(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	rs := redistest.Start(t)
 	block := "\t\tredis " + rs.URL() + "\n\t\tlimits {\n\t\t\tstore_timeout 2s\n\t\t}\n" +
-		"\t\troute {\n\t\t\tqueue review:human include_content\n\t\t}\n"
+		"\t\troute {\n\t\t\tqueue review:human\n\t\t\tinclude_content\n\t\t}\n"
 	sites, url := site(t, sim.Addr(), block)
 	gatewaytest.Load(t, sites)
 	body := stateBody("customer text for review")

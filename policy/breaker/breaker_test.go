@@ -3,7 +3,6 @@ package breaker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -113,20 +112,6 @@ func TestNewDefaultsAndValidation(t *testing.T) {
 	}
 	if err := (Config{}).Validate(); err != nil {
 		t.Errorf("the defaults: Validate err = %v", err)
-	}
-}
-
-func TestCount(t *testing.T) {
-	for _, n := range []int64{1, 5, MaxCount} {
-		if v, err := Count("failures", n); err != nil || int64(v) != n {
-			t.Errorf("Count(%d) = %d, %v", n, v, err)
-		}
-	}
-	for _, n := range []int64{0, -1, MaxCount + 1} {
-		want := fmt.Sprintf("half_open %d: want a whole number from 1 to 4294967295", n)
-		if _, err := Count("half_open", n); err == nil || err.Error() != want {
-			t.Errorf("Count(%d) err = %v, want %q", n, err, want)
-		}
 	}
 }
 

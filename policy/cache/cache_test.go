@@ -324,11 +324,11 @@ func TestConfig(t *testing.T) {
 		err string
 	}{
 		{Config{}, ""},
-		{Config{MaxSize: MaxMaxSize, MaxEntries: MaxMaxEntries}, ""},
-		{Config{MaxSize: MaxMaxSize + 1}, "max_size 8388609: must be from 1 byte to 8MiB (8388608 bytes)"},
+		{Config{MaxSize: maxMaxSize, MaxEntries: maxMaxEntries}, ""},
+		{Config{MaxSize: maxMaxSize + 1}, "max_size 8388609: must be from 1 byte to 8MiB (8388608 bytes)"},
 		{Config{MaxEntries: -1}, "max_entries -1: must be from 1 to 10000000"},
-		{Config{MaxEntries: MaxMaxEntries + 1}, "max_entries 10000001: must be from 1 to 10000000"},
-		{Config{TTL: -1}, "ttl must be a positive duration"},
+		{Config{MaxEntries: maxMaxEntries + 1}, "max_entries 10000001: must be from 1 to 10000000"},
+		{Config{TTL: -1}, "ttl -1ns: must be a positive duration"},
 	} {
 		err := tc.cfg.Validate()
 		if (err == nil && tc.err != "") || (err != nil && err.Error() != tc.err) {

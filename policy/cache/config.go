@@ -30,23 +30,24 @@ const (
 	DefaultTTL        = 10 * time.Minute
 	DefaultMaxEntries = 10_000
 	DefaultMaxSize    = 1 << 20
-	// MaxMaxSize is the largest max_size: the gateway reads at most 8 MiB
+	// maxMaxSize is the largest max_size: the gateway reads at most 8 MiB
 	// of an answer; a larger one streams through unread.
-	MaxMaxSize = 8 << 20
-	// MaxMaxEntries bounds max_entries.
-	MaxMaxEntries = 10_000_000
+	maxMaxSize = 8 << 20
+	// maxMaxEntries bounds max_entries, and so the memory the in-process
+	// cache's index may take.
+	maxMaxEntries = 10_000_000
 )
 
-// Validate checks the block's ranges. Its error texts are the ones the
-// Caddyfile reports.
+// Validate checks the block's ranges (0 being each option's default). A
+// Caddyfile reports its errors as they are, after the block's name.
 func (c Config) Validate() error {
 	switch {
 	case c.TTL < 0:
-		return fmt.Errorf("ttl must be a positive duration")
-	case c.MaxEntries < 0 || c.MaxEntries > MaxMaxEntries:
-		return fmt.Errorf("max_entries %d: must be from 1 to %d", c.MaxEntries, MaxMaxEntries)
-	case c.MaxSize < 0 || c.MaxSize > MaxMaxSize:
-		return fmt.Errorf("max_size %d: must be from 1 byte to 8MiB (%d bytes)", c.MaxSize, MaxMaxSize)
+		return fmt.Errorf("ttl %v: must be a positive duration", time.Duration(c.TTL))
+	case c.MaxEntries < 0 || c.MaxEntries > maxMaxEntries:
+		return fmt.Errorf("max_entries %d: must be from 1 to %d", c.MaxEntries, maxMaxEntries)
+	case c.MaxSize < 0 || c.MaxSize > maxMaxSize:
+		return fmt.Errorf("max_size %d: must be from 1 byte to 8MiB (%d bytes)", c.MaxSize, maxMaxSize)
 	}
 	return nil
 }

@@ -30,8 +30,8 @@ type Config struct {
 	// Review lists the levels that are forwarded but routed to a human.
 	// Default [medium low].
 	Review []string `json:"review,omitempty"`
-	// BlockCategory lists contract category names that block at any level.
-	// Default none.
+	// BlockCategory lists category names (those X-Guardrails-Categories
+	// reports) that block at any level. Default none.
 	BlockCategory []string `json:"block_category,omitempty"`
 	// OnError is "block" (default: 503 guardrails_unavailable) or "allow"
 	// (forward, unchecked, routed to a human) when the check fails.
@@ -59,19 +59,19 @@ const (
 	ModeParallel   = "parallel"
 )
 
-// OnErrorValues and Modes list the values of Config.OnError and Config.Mode,
+// onErrorValues and modes list the values of Config.OnError and Config.Mode,
 // the default first.
 var (
-	OnErrorValues = []string{OnErrorBlock, OnErrorAllow}
-	Modes         = []string{ModeSequential, ModeParallel}
+	onErrorValues = []string{OnErrorBlock, OnErrorAllow}
+	modes         = []string{ModeSequential, ModeParallel}
 )
 
 // Validate checks the block as written, before placeholders are resolved:
-// the required url and api_key are present, levels and categories are the
-// contract's, the block and review lists do not overlap, and every enumerated
-// or timed option is in range. Its error texts are the ones the Caddyfile
-// reports. The URL's form is checked once its placeholders are resolved, by
-// New.
+// the required url and api_key are present, levels and categories are ones
+// the gateway knows, the block and review lists do not overlap, and every
+// enumerated or timed option is in range, and the URL's form unless it
+// holds placeholders (New checks it once they are resolved). A Caddyfile
+// reports its errors as they are, after the block's name.
 func (c Config) Validate() error {
 	_, err := c.resolve(nil)
 	return err
@@ -94,6 +94,11 @@ func (c Config) resolve(repl *caddy.Replacer) (Config, error) {
 	if c.APIKey == "" {
 		return c, errors.New("api_key is required")
 	}
+	if repl == nil && !strings.Contains(c.URL, "{") {
+		if err := checkURL(c.URL); err != nil {
+			return c, err
+		}
+	}
 	if repl != nil {
 		c.URL, c.APIKey, c.Model = repl.ReplaceAll(c.URL, ""), repl.ReplaceAll(c.APIKey, ""), repl.ReplaceAll(c.Model, "")
 		if err := checkURL(c.URL); err != nil {
@@ -115,6 +120,16 @@ func (c Config) resolve(repl *caddy.Replacer) (Config, error) {
 	if c.Cache < 0 {
 		return c, fmt.Errorf("cache %v: must not be negative", time.Duration(c.Cache))
 	}
+	for _, list := range []struct {
+		option string
+		levels []string
+	}{{"block", c.Block}, {"review", c.Review}} {
+		for _, l := range list.levels {
+			if !slices.Contains(riskLevels, l) {
+				return c, fmt.Errorf("%s %q: must be one of %s", list.option, l, strings.Join(riskLevels, " "))
+			}
+		}
+	}
 	// A list left to its default gives way to the levels the other list
 	// names: `block medium high` alone must not clash with the default
 	// review of medium. Only two explicit lists can overlap.
@@ -126,31 +141,26 @@ func (c Config) resolve(repl *caddy.Replacer) (Config, error) {
 	case c.Review == nil:
 		c.Review = without([]string{RiskMedium, RiskLow}, c.Block)
 	}
-	for _, l := range slices.Concat(c.Block, c.Review) {
-		if !slices.Contains(Levels, l) {
-			return c, fmt.Errorf("risk level %q: must be one of %s", l, strings.Join(Levels, " "))
-		}
-	}
 	for _, l := range c.Block {
 		if slices.Contains(c.Review, l) {
 			return c, fmt.Errorf("risk level %q is in both block and review", l)
 		}
 	}
 	for _, name := range c.BlockCategory {
-		if !slices.Contains(Categories, name) {
-			return c, fmt.Errorf("block_category %q: must be one of %s", name, strings.Join(Categories, " "))
+		if !slices.Contains(categoryNames, name) {
+			return c, fmt.Errorf("block_category %q: must be one of %s", name, strings.Join(categoryNames, " "))
 		}
 	}
 	switch {
 	case c.OnError == "":
 		c.OnError = OnErrorBlock
-	case !slices.Contains(OnErrorValues, c.OnError):
+	case !slices.Contains(onErrorValues, c.OnError):
 		return c, fmt.Errorf("on_error %q: must be %s or %s", c.OnError, OnErrorBlock, OnErrorAllow)
 	}
 	switch {
 	case c.Mode == "":
 		c.Mode = ModeSequential
-	case !slices.Contains(Modes, c.Mode):
+	case !slices.Contains(modes, c.Mode):
 		return c, fmt.Errorf("mode %q: must be %s or %s", c.Mode, ModeSequential, ModeParallel)
 	}
 	return c, nil

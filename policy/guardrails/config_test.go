@@ -83,7 +83,7 @@ func TestConfigInvalid(t *testing.T) {
 	}
 	// Every contract category and other are accepted.
 	cfg := valid
-	cfg.BlockCategory = Categories
+	cfg.BlockCategory = categoryNames
 	if _, err := New(cfg, nil, "", nil); err != nil {
 		t.Error(err)
 	}

@@ -20,8 +20,8 @@ const (
 	RiskUnknown = "unknown"
 )
 
-// Levels are the contract's risk levels, lowest first.
-var Levels = []string{RiskNone, RiskLow, RiskMedium, RiskHigh}
+// riskLevels are the risk levels the gateway names, lowest first.
+var riskLevels = []string{RiskNone, RiskLow, RiskMedium, RiskHigh}
 
 // serviceLevels maps the service's levels to the contract's. The English
 // names are accepted too, in case the service ever answers with them.
@@ -56,11 +56,11 @@ var serviceCategories = map[string]string{
 	"商业违法违规": "commercial_violation",
 }
 
-// Categories are the contract's category names, in the order verdicts
-// report them: the guardrails service's table order, from the high-risk ones down, then other. A fixed
+// categoryNames are the category names the gateway reports, in the order
+// verdicts report them: from the high-risk ones down, then other. A fixed
 // order keeps headers and cached verdicts independent of the order the
 // service happens to list them in.
-var Categories = []string{
+var categoryNames = []string{
 	"political_sensitive", "national_image", "violent_crime", "prompt_attack",
 	"political_general", "minor_harm", "illegal_crime", "pornography",
 	"discrimination", "abuse", "privacy", "commercial_violation",
@@ -99,7 +99,7 @@ type Verdict struct {
 	Risk string
 	// Categories are the contract names of the categories the service found,
 	// under compliance or security, deduplicated, in a fixed order (the
-	// service's table, high-risk first); a category the contract does not know is
+	// seed's, high-risk first); a category the contract does not know is
 	// CategoryOther. Nil when none.
 	Categories []string
 	// ServiceAction is the service's suggest_action in English: pass, block,
@@ -233,14 +233,14 @@ func assess(a *serviceAnswer) assessment {
 		name, ok := serviceCategories[c]
 		if !ok {
 			name = CategoryOther
-			if slices.Contains(Categories, c) {
+			if slices.Contains(categoryNames, c) {
 				name = c // already a contract name
 			}
 		}
 		found[name] = true
 	}
 	var categories []string
-	for _, name := range Categories {
+	for _, name := range categoryNames {
 		if found[name] {
 			categories = append(categories, name)
 		}

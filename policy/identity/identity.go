@@ -23,9 +23,6 @@ const (
 	UnknownReject = "reject" // the key is refused with 401 at the edge
 )
 
-// UnknownKeyPolicies lists the unknown-key policies, the default first.
-var UnknownKeyPolicies = []string{UnknownOwn, UnknownReject}
-
 // Resolver maps a request to its organization id.
 type Resolver struct {
 	header string

@@ -3,6 +3,7 @@ package limits
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -109,8 +110,8 @@ const (
 	PerMonth = "month"
 )
 
-// BudgetPeriods are the values of Budget.Per.
-var BudgetPeriods = []string{PerDay, PerMonth}
+// budgetPeriods are the values of Budget.Per.
+var budgetPeriods = []string{PerDay, PerMonth}
 
 // Bounds and defaults of budgets.
 const (
@@ -133,7 +134,7 @@ func (b Budget) validate() error {
 		return fmt.Errorf("budget %s: want 0 to %s yuan", b.Yuan, maxBudget.format(0, 0))
 	case b.Yuan%nanoPerMicro != 0:
 		return fmt.Errorf("budget %s: at most 6 decimals", b.Yuan)
-	case b.Yuan > 0 && b.Per != PerDay && b.Per != PerMonth:
+	case (b.Yuan > 0 || b.Per != "") && !slices.Contains(budgetPeriods, b.Per):
 		return fmt.Errorf("budget %s per %q: want per day or per month", b.Yuan, b.Per)
 	}
 	return nil

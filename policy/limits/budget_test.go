@@ -168,7 +168,7 @@ func TestPeriods(t *testing.T) {
 	// bounds hold it, and consecutive periods meet.
 	for _, name := range []string{"America/Santiago", "America/Havana", "Asia/Beirut", "Europe/London", "Australia/Lord_Howe"} {
 		loc := zone(t, name)
-		for _, per := range BudgetPeriods {
+		for _, per := range budgetPeriods {
 			prev := periodOf(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), per, loc)
 			for at := prev.End; at.Year() < 2028; {
 				p := periodOf(at, per, loc)
@@ -560,7 +560,7 @@ func hget(t testing.TB, addr, key, field string) string {
 // Redis's total once it returns; allow: admitted, uncounted, remaining
 // unknown; deny: 503. A reservation never settled lapses.
 func TestRedisBudgetStoreError(t *testing.T) {
-	for _, mode := range StoreErrorModes {
+	for _, mode := range storeErrorModes {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
 			proxy := faultproxy.Start(t, srv.Addr)

@@ -14,10 +14,6 @@ import (
 // Config is the `limits` block: per-organization token buckets and spend
 // budgets.
 type Config struct {
-	// Redis is refused: the gateway's one Redis client is configured on the
-	// systemone block (`redis`, `key_prefix`). Kept only so that an old
-	// config gets an error naming the new place instead of being ignored.
-	Redis []string `json:"redis,omitempty"`
 	// RequestsPerMinute is the requests bucket's capacity, refilled at n/60
 	// per second. Default 300; 0 turns the bucket off.
 	RequestsPerMinute *int64 `json:"requests_per_minute,omitempty"`
@@ -70,7 +66,8 @@ type LocalAllowance struct {
 	Interval caddy.Duration `json:"interval,omitempty"`
 }
 
-// Override replaces some of the defaults for one organization.
+// Override replaces some of the defaults for one organization; it sets at
+// least one of them.
 type Override struct {
 	RequestsPerMinute *int64 `json:"requests_per_minute,omitempty"`
 	TokensPerSecond   *int64 `json:"tokens_per_second,omitempty"`
@@ -104,8 +101,8 @@ const (
 	StoreErrorDeny  = "deny"
 )
 
-// StoreErrorModes are the values of OnStoreError, the default first.
-var StoreErrorModes = []string{StoreErrorLocal, StoreErrorAllow, StoreErrorDeny}
+// storeErrorModes are the values of OnStoreError, the default first.
+var storeErrorModes = []string{StoreErrorLocal, StoreErrorAllow, StoreErrorDeny}
 
 // maxLimit bounds every number so that bucket arithmetic stays exact in the
 // Redis script's doubles (see store.Unit). Ten million requests per minute or
@@ -116,13 +113,12 @@ const maxLimit = 10_000_000
 // value, the numbers (not negative, at most 10,000,000, a positive
 // token_burst wherever tokens_per_second is on), the budgets (0 to
 // 1,000,000 yuan, at most 6 decimals, per day or month), the price and the
-// time zone, and local_allowance (a share above 0% and at most 50%, an
-// interval of 1ms to 10s). Their error texts are the ones the Caddyfile reports.
+// time zone, each org override setting something, and local_allowance (a
+// share above 0% and at most 50%, an
+// interval of 1ms to 10s). A Caddyfile reports its errors as they are, after
+// the block's name.
 func (c Config) Validate() error {
-	if len(c.Redis) > 0 {
-		return errors.New("redis moved from the limits block to the systemone block: write `redis <url>` (and `key_prefix`) directly under systemone")
-	}
-	if c.OnStoreError != "" && !slices.Contains(StoreErrorModes, c.OnStoreError) {
+	if c.OnStoreError != "" && !slices.Contains(storeErrorModes, c.OnStoreError) {
 		return fmt.Errorf("on_store_error %q: want local, allow or deny", c.OnStoreError)
 	}
 	if c.StoreTimeout < 0 {
@@ -146,6 +142,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	for org, o := range c.Orgs {
+		if o == (Override{}) {
+			return fmt.Errorf("org %q overrides nothing", org)
+		}
 		if _, err := o.apply(base); err != nil {
 			return fmt.Errorf("org %q: %v", org, err)
 		}

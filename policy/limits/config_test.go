@@ -24,7 +24,11 @@ func TestConfigValidate(t *testing.T) {
 		{"burst 0", Config{TokenBurst: i64(0)}, "token_burst 0"},
 		{"org burst 0", Config{Orgs: map[string]Override{"acme": {TokenBurst: i64(0)}}}, `org "acme": token_burst 0`},
 		{"org negative tps", Config{Orgs: map[string]Override{"acme": {TokensPerSecond: i64(-5)}}}, `org "acme": tokens_per_second -5`},
-		{"redis in limits", Config{Redis: []string{"redis://127.0.0.1:6390"}}, "redis moved from the limits block to the systemone block"},
+		{"org overriding nothing", Config{Orgs: map[string]Override{"acme": {}}}, `org "acme" overrides nothing`},
+		{"budget of an unknown period", Config{Budget: &Budget{Yuan: 5 * nanoPerYuan, Per: "week"}}, `budget 5.00 per "week": want per day or per month`},
+		{"budget 0 of an unknown period", Config{Budget: &Budget{Per: "week"}}, `budget 0.00 per "week": want per day or per month`},
+		{"budget without a period", Config{Budget: &Budget{Yuan: 5 * nanoPerYuan}}, `budget 5.00 per "": want per day or per month`},
+		{"budget 0 without a period", Config{Orgs: map[string]Override{"acme": {Budget: &Budget{}}}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

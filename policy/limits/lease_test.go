@@ -147,7 +147,7 @@ func TestLeaseOneCallPerOrg(t *testing.T) {
 // admission that needs a new lease then follows on_store_error as an exact
 // admission does.
 func TestLeaseStoreError(t *testing.T) {
-	for _, mode := range StoreErrorModes {
+	for _, mode := range storeErrorModes {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
 			clk := newFakeClock()

@@ -24,8 +24,8 @@ const (
 	OnAlarmHuman = "human"
 )
 
-// OnAlarms lists the values of Config.OnAlarm, the default first.
-var OnAlarms = []string{OnAlarmAlert, OnAlarmHuman}
+// onAlarmValues lists the values of Config.OnAlarm, the default first.
+var onAlarmValues = []string{OnAlarmAlert, OnAlarmHuman}
 
 // AlarmRefresh is how often a Router with `on_alarm human` reads the set of
 // groups in alarm from Redis (one MULTI of two reads, off the request

@@ -29,7 +29,7 @@ type Config struct {
 	// thresholds of their own are answered automatically.
 	OrgFallback string `json:"org_fallback,omitempty"`
 	// Queue, when set, appends every response routed to a human to a Redis
-	// stream, and those drawn by Audit.
+	// stream, and those drawn by Audit. It needs the handler's redis.
 	Queue *Queue `json:"queue,omitempty"`
 	// Audit is the share, in 0..1, of all routed 200 responses (auto or
 	// human) that are also queued, drawn uniformly at random and
@@ -52,14 +52,15 @@ type Config struct {
 	// that does not fit is not stored (a cut JSON body could neither be
 	// replayed nor read for its options), and the entry names it in
 	// `content_too_large`. Default DefaultMaxContent (512 KiB); at least
-	// 1 KiB. Needs IncludeContent.
+	// 1 KiB, with no upper bound: max_body and the 8 MiB of an answer the
+	// gateway reads bound what an entry can hold. Needs IncludeContent.
 	MaxContent int64 `json:"max_content,omitempty"`
 	// OnAlarm is what a guarantee alarm of the review handler's `monitor`
 	// does here: "alert" (default) leaves routing to the thresholds (the
 	// alarm is a log entry, metrics and an alert), "human" routes the
 	// questions of every (model, type) group in alarm human with reason
-	// guarantee_alarm until the group is reset. human needs Queue and the
-	// handler's redis: the gateway reads the alarm set the review handler
+	// guarantee_alarm until the group is reset. human needs Queue (and so
+	// the handler's redis): the gateway reads the alarm set the review handler
 	// keeps for the queue's stream under the same key_prefix, every
 	// AlarmRefresh (2s), never on the request path.
 	OnAlarm string `json:"on_alarm,omitempty"`
@@ -209,20 +210,18 @@ type Queue struct {
 	Stream string `json:"stream"`
 	// MaxLen trims the stream approximately (XADD MAXLEN ~). Default 100000.
 	MaxLen int64 `json:"maxlen,omitempty"`
-	// IncludeContent is the place Config.IncludeContent had before it moved
-	// to the `route` block, still read so older JSON configs keep their
-	// meaning: either one turns content on. Default false.
-	IncludeContent bool `json:"include_content,omitempty"`
 }
 
 // DefaultMaxLen is the stream length Queue.MaxLen defaults to.
 const DefaultMaxLen = 100000
 
 // Validate checks the config without acquiring anything: thresholds and
-// audit in 0..1, each version pinned at most once, a known `unpinned` value,
-// a named stream, and a queue for audit and include_content.
+// audit in 0..1, each version pinned at most once, known `unpinned`,
+// `org_fallback` and `on_alarm` values, a named stream, a queue for audit,
+// include_content and on_alarm human, and max_content. A Caddyfile reports
+// its errors as they are, after the block's name.
 func (c Config) Validate() error {
-	if c.Unpinned != "" && !slices.Contains(Routes, c.Unpinned) {
+	if c.Unpinned != "" && !slices.Contains(unpinnedRoutes, c.Unpinned) {
 		return fmt.Errorf("unpinned must be %q or %q, not %q", RouteHuman, RouteAuto, c.Unpinned)
 	}
 	if c.OrgFallback != "" && c.OrgFallback != OrgFallbackPooled && c.OrgFallback != OrgFallbackHuman {
@@ -252,7 +251,7 @@ func (c Config) Validate() error {
 	if !inUnit(c.Audit) {
 		return fmt.Errorf("audit %v is outside 0..1", c.Audit)
 	}
-	if c.OnAlarm != "" && !slices.Contains(OnAlarms, c.OnAlarm) {
+	if c.OnAlarm != "" && !slices.Contains(onAlarmValues, c.OnAlarm) {
 		return fmt.Errorf("on_alarm must be %q or %q, not %q", OnAlarmAlert, OnAlarmHuman, c.OnAlarm)
 	}
 	if a := c.ActiveAudit; a != nil {
@@ -279,7 +278,7 @@ func (c Config) Validate() error {
 		if c.MaxContent < minMaxContent {
 			return fmt.Errorf("max_content %d bytes: must be at least 1KiB (%d bytes)", c.MaxContent, minMaxContent)
 		}
-		if !c.IncludeContent && (c.Queue == nil || !c.Queue.IncludeContent) {
+		if !c.IncludeContent {
 			return errors.New("max_content needs include_content: without it no content is stored")
 		}
 	}

@@ -23,21 +23,25 @@ import (
 
 // queueRouter returns a Router with a queue on a fresh redis-server, its
 // client, and its observed logs.
-func queueRouter(t *testing.T, q Queue) (*Router, *redistest.Server, redis.UniversalClient, *observer.ObservedLogs) {
+func queueRouter(t *testing.T, q Queue, opts ...func(*Config)) (*Router, *redistest.Server, redis.UniversalClient, *observer.ObservedLogs) {
 	t.Helper()
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	r, logs := routerOn(t, client, q)
+	r, logs := routerOn(t, client, q, opts...)
 	return r, srv, client, logs
 }
 
-// routerOn returns a Router with a queue on client, and its observed logs.
-func routerOn(t *testing.T, client redis.UniversalClient, q Queue) (*Router, *observer.ObservedLogs) {
+// routerOn returns a Router with a queue on client, the config changed by
+// opts, and its observed logs.
+func routerOn(t *testing.T, client redis.UniversalClient, q Queue, opts ...func(*Config)) (*Router, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := testConfig()
 	cfg.Queue = &q
+	for _, o := range opts {
+		o(&cfg)
+	}
 	r, err := New(cfg, client, "systemone:", zap.New(core))
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +50,9 @@ func routerOn(t *testing.T, client redis.UniversalClient, q Queue) (*Router, *ob
 	t.Cleanup(r.Close)
 	return r, logs
 }
+
+// withContent turns include_content on.
+func withContent(c *Config) { c.IncludeContent = true }
 
 var (
 	secretRequest  = []byte(`{"state":"SECRET-STATE","questions":{"a,b":{"type":"choice","instructions":"SECRET-INSTRUCTIONS","criteria":{"good":null,"bad":null}}}}`)
@@ -222,7 +229,7 @@ func TestEnqueueMaxContent(t *testing.T) {
 		}
 	}
 	// Nothing fits: no content entry at all.
-	r2, _ := routerOn(t, client, Queue{Stream: "alone", IncludeContent: true})
+	r2, _ := routerOn(t, client, Queue{Stream: "alone"}, withContent)
 	r2.queue.maxContent = minMaxContent
 	huge := []byte(strings.Repeat("y", 2*minMaxContent))
 	r2.Enqueue(context.Background(), d, Meta{RequestID: "huge", Request: huge, Response: huge})
@@ -293,7 +300,7 @@ func TestEnqueueRedisDown(t *testing.T) {
 }
 
 func TestEnqueueSaturatedDropsWithoutBlocking(t *testing.T) {
-	r, srv, client, logs := queueRouter(t, Queue{Stream: "review", IncludeContent: true})
+	r, srv, client, logs := queueRouter(t, Queue{Stream: "review"}, withContent)
 	r.queue.slots = make(chan struct{}, 1)
 	r.queue.timeout = 5 * time.Second // the paused write must outlast the test's steps
 	d, resp := humanDecision(r)
@@ -347,15 +354,9 @@ func TestEnqueueWithoutQueue(t *testing.T) {
 }
 
 func TestQueueDefaults(t *testing.T) {
-	r, _, client, _ := queueRouter(t, Queue{Stream: "review"})
+	r, _, _, _ := queueRouter(t, Queue{Stream: "review"})
 	if r.queue.maxLen != DefaultMaxLen || r.queue.includeContent || r.audit != 0 {
 		t.Errorf("maxlen %d, include_content %v, audit %v; want %d, false, 0", r.queue.maxLen, r.queue.includeContent, r.audit, DefaultMaxLen)
-	}
-	// include_content moved from the queue to the route block; the old
-	// place still turns it on.
-	old, _ := routerOn(t, client, Queue{Stream: "review", IncludeContent: true})
-	if !old.queue.includeContent {
-		t.Error("Queue.IncludeContent no longer turns content on")
 	}
 }
 

@@ -6,7 +6,6 @@ package route
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -25,8 +24,8 @@ const (
 	RouteHuman = "human"
 )
 
-// Routes lists the routes, the default of `unpinned` first.
-var Routes = []string{RouteHuman, RouteAuto}
+// unpinnedRoutes lists the values of Config.Unpinned, the default first.
+var unpinnedRoutes = []string{RouteHuman, RouteAuto}
 
 // Reasons of a Decision. When several causes force a human, the reported one
 // is the first of: ReasonUnreadableResponse, ReasonUnpinnedVersion,
@@ -155,12 +154,11 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, 
 		if client == nil {
 			return nil, fmt.Errorf("queue %q needs the systemone block's redis", q.Stream)
 		}
-		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, cfg.MaxContent, client, logger)
+		r.queue = newQueue(*q, cfg.IncludeContent, cfg.MaxContent, client, logger)
 	}
+	// on_alarm human has a queue (Validate), and so the client checked
+	// above: the review handler keeps the alarms of the queue's stream.
 	if cfg.OnAlarm == OnAlarmHuman {
-		if client == nil {
-			return nil, errors.New("on_alarm human needs the systemone block's redis (where the review handler keeps its alarms)")
-		}
 		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), logger)
 	}
 	return r, nil

@@ -443,6 +443,8 @@ func TestNewValidates(t *testing.T) {
 		{"queue without stream", Config{Queue: &Queue{}}, "queue: empty stream name"},
 		{"negative maxlen", Config{Queue: &Queue{Stream: "s", MaxLen: -1}}, "negative maxlen"},
 		{"queue without client", Config{Queue: &Queue{Stream: "review"}}, `queue "review" needs the systemone block's redis`},
+		// The alarms are kept with the queue's stream: the queue's rule says it.
+		{"on_alarm human without client", Config{Queue: &Queue{Stream: "review"}, OnAlarm: OnAlarmHuman}, `queue "review" needs the systemone block's redis`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
