@@ -99,7 +99,7 @@ type Verdict struct {
 	Risk string
 	// Categories are the contract names of the categories the service found,
 	// under compliance or security, deduplicated, in a fixed order (the
-	// seed's, high-risk first); a category the contract does not know is
+	// service's table, high-risk first); a category the contract does not know is
 	// CategoryOther. Nil when none.
 	Categories []string
 	// ServiceAction is the service's suggest_action in English: pass, block,
