@@ -12,17 +12,18 @@ import (
 	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
-// run sends one script to the node that owns keys[0], in that node's next
-// pipeline (see nodeBatcher), and waits for its answer: at most
+// run sends one item of kind (a body of batchScript) to the node that
+// owns keys[0], in that node's next script call (see nodeBatcher), with
+// the other items waiting for that node, and waits for its answer: at most
 // store_timeout for a pipeline to take it, and store_timeout for that
 // pipeline. It is never sent twice. While that node is lost it fails at
 // once (errLost). Its result counts towards the node's health.
-func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+func (s *Store) run(ctx context.Context, kind callKind, keys []string, args ...any) (any, error) {
 	node, b, err := s.nodeFor(ctx, keys[0])
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.do(ctx, &scriptCall{node: node, script: script, keys: keys, args: args}, s.timeout)
+	res, err := b.do(ctx, &scriptCall{node: node, kind: kind, keys: keys, args: args}, s.timeout)
 	s.observe(ctx, &b.health, keys[0], err)
 	return res, err
 }
@@ -90,7 +91,7 @@ func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold 
 		args = append(args, b.Limit, b.Cost,
 			b.Periods[1].Start.UnixMicro(), b.Periods[1].End.UnixMicro(), b.Periods[2].End.UnixMicro())
 	}
-	res, err := s.run(ctx, admitScript, keys, args...)
+	res, err := s.run(ctx, kindAdmit, keys, args...)
 	var o store.Outcome
 	if err == nil {
 		if o, err = parseOutcome(res); err != nil {
@@ -100,7 +101,7 @@ func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold 
 	return o, err
 }
 
-// leaseGrant is leaseScript's answer.
+// leaseGrant is leaseBody's answer.
 type leaseGrant struct {
 	req, tok               int64 // units granted
 	r, t                   int64 // Redis's levels after the grant (units)
@@ -108,11 +109,11 @@ type leaseGrant struct {
 }
 
 // lease gives back rback and tback units of org's old lease and takes a
-// new one of rslice and tslice units, in one script (see leaseScript),
+// new one of rslice and tslice units, in one script (see leaseBody),
 // sent like an admission. c is the admission that needs it.
 func (s *Store) lease(ctx context.Context, org string, c store.Check, rslice, tslice, rback, tback int64) (leaseGrant, error) {
 	bucket, hold := s.keys(org)
-	res, err := s.run(ctx, leaseScript, []string{bucket, hold}, s.clockArg(),
+	res, err := s.run(ctx, kindLease, []string{bucket, hold}, s.clockArg(),
 		c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate, c.ReqCost, c.TokCost, rslice, tslice, rback, tback)
 	var g leaseGrant
 	if err == nil {

@@ -66,8 +66,10 @@ func (s *Store) enqueue(org string, req, tok store.Spec, delta int64, sp *store.
 
 // settleNow settles one request that holds a budget reservation (its
 // token correction, charge and release, delta and sp as settle's) at once:
-// the script goes in the node's next pipeline, with the admissions, and
-// settleNow returns once Redis has answered, at most store_timeout later.
+// it rides the node's next script call, with the admissions waiting for
+// that node (a call of its own, sent at once, when the node has one free:
+// no timer waits for company), and settleNow returns once Redis has
+// answered, at most store_timeout later.
 // So the reservation has stopped counting before the request ends, for
 // every instance's next admission; queued, it would count until the next
 // flush, up to settleEvery plus a round trip later, and concurrent
@@ -79,7 +81,7 @@ func (s *Store) enqueue(org string, req, tok store.Spec, delta int64, sp *store.
 // again (it may have run), as in a flush.
 func (s *Store) settleNow(org string, req, tok store.Spec, delta int64, sp store.SpendSettle) {
 	c := s.settleCall(org, pendingSettle{req: req, tok: tok, delta: delta, spend: []store.SpendSettle{sp}}, s.clockArg())
-	_, err := s.run(context.Background(), c.script, c.keys, c.args...)
+	_, err := s.run(context.Background(), c.kind, c.keys, c.args...)
 	switch {
 	case err == nil:
 	case notSent(err):
@@ -175,10 +177,11 @@ func (s *Store) wake() {
 	}
 }
 
-// settleLoop sends queued settlements and holds, one script each, off the
-// clients' response path; at most one call is in flight. After each flush
+// settleLoop sends queued settlements and holds, one item of a script
+// call each, off the clients' response path; at most one flush is in
+// flight. After each flush
 // it lets the queue fill for settleEvery, so that a busy organization's
-// settlements add up to one script per interval instead of one per request
+// settlements add up to one item per interval instead of one per request
 // (which would double the Redis round trips of every evaluation). A close
 // does not wait.
 func (s *Store) settleLoop() {
@@ -209,7 +212,7 @@ func (s *Store) settleLoop() {
 	}
 }
 
-// flush sends the queue as pipelines of at most flushLimit scripts per
+// flush sends the queue as pipelines of at most flushLimit items per
 // node, holds first (they are rarer and matter more to the upstream).
 // Nothing is sent to a lost node: its entries wait for its probe. A
 // script whose answer is lost is not sent again (it may have run: a
@@ -286,7 +289,7 @@ func (s *Store) takeQueue() *queueFlush {
 	clock := s.clockArg()
 	for org, d := range f.holds {
 		_, hold := s.keys(org)
-		f.calls = append(f.calls, &scriptCall{script: holdScript, keys: []string{hold}, args: []any{clock, d.Microseconds()}})
+		f.calls = append(f.calls, &scriptCall{kind: kindHold, keys: []string{hold}, args: []any{clock, d.Microseconds()}})
 		f.orgs = append(f.orgs, org)
 	}
 	f.nHolds = len(f.calls)
@@ -416,7 +419,7 @@ func (s *Store) settleCall(org string, p pendingSettle, clock string) *scriptCal
 		keys = append(keys, s.budgetKey(org, sp.Period))
 		args = append(args, sp.Charge, sp.Release, sp.Slot, sp.End)
 	}
-	return &scriptCall{script: settleScript, keys: keys, args: args}
+	return &scriptCall{kind: kindSettle, keys: keys, args: args}
 }
 
 // abandon counts n settlements and holds a closed store could not send

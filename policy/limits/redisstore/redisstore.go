@@ -80,7 +80,10 @@ type Options struct {
 // Store keeps the buckets in Redis, shared by every gateway instance. It
 // is safe for concurrent use.
 type Store struct {
-	client  Client // the handler's: never closed here
+	client Client // the handler's: never closed here
+	// cluster says client is a Redis Cluster's: a script call then holds
+	// the keys of one slot only (see scriptGroups).
+	cluster bool
 	prefix  string
 	timeout time.Duration
 	logger  *zap.Logger
@@ -149,6 +152,7 @@ func New(client Client, prefix string, o Options) *Store {
 		urgent:      make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
+	_, s.cluster = client.(*redis.ClusterClient)
 	if s.logger == nil {
 		s.logger = zap.NewNop()
 	}
