@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,29 +45,6 @@ func pretendBusy(t *testing.T, s *testStore) *nodeBatcher {
 	return b
 }
 
-// evalshaCalls is Redis's own count of the EVALSHA commands it has run
-// (INFO commandstats), so that a test counts script calls where Redis
-// pays for them, not where the client sends them.
-func evalshaCalls(t *testing.T, direct *redis.Client) int64 {
-	t.Helper()
-	info, err := direct.Info(bg, "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(info) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	return 0
-}
-
 // deref is *p, or 0 for nil.
 func deref(p *int64) int64 {
 	if p == nil {
@@ -101,7 +77,7 @@ func TestRedisAdmissionsShareAScriptCall(t *testing.T) {
 	s.client.AddHook(hook)
 	b := pretendBusy(t, s)
 	direct := nodeClient(t, srv.Addr) // its commands are not the store's
-	before := evalshaCalls(t, direct)
+	before := redistest.CommandCalls(t, srv.Addr)["evalsha"]
 
 	// Half the admissions to one organization (each must see the debits
 	// before its own), half to organizations of their own; and budgeted
@@ -140,7 +116,7 @@ func TestRedisAdmissionsShareAScriptCall(t *testing.T) {
 	if sent, scripts := hook.Sent.Load(), hook.Scripts.Load(); sent != 1 || scripts != 1 {
 		t.Fatalf("%d pipelines with %d script calls for %d admissions and %d settlements, want 1 with 1", sent, scripts, n, settles)
 	}
-	if calls := evalshaCalls(t, direct) - before; calls != 1 {
+	if calls := redistest.CommandCalls(t, srv.Addr)["evalsha"] - before; calls != 1 {
 		t.Fatalf("Redis ran %d EVALSHA for %d admissions and %d settlements, want 1", calls, n, settles)
 	}
 	var remaining []int64

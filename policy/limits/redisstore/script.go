@@ -8,11 +8,12 @@ import (
 )
 
 // The Redis store's work goes to Redis as calls of one script, batchScript,
-// each of which carries many items: admissions, lease grants,
-// settlements and holds, each the body below that its kind names. The
-// bodies transliterate package store's bucket arithmetic and the budget
-// arithmetic of the in-process store (memstore). Every organization's keys share the hash tag {org}, so they live
-// in one Redis Cluster slot and one script serves them all:
+// each of which carries many items: admissions, lease grants, settlements
+// and holds, each run by the body its kind names. The bodies transliterate
+// package store's bucket arithmetic and the budget arithmetic of the
+// in-process store (memstore). Every organization's keys share the hash
+// tag {org}, so they live in one Redis Cluster slot and one item serves
+// them all:
 //
 //	<prefix>{<org>}:b                hash: r, ra (requests level, at), t, ta (tokens level, at)
 //	<prefix>{<org>}:h                string: hold until (microseconds)
@@ -21,13 +22,21 @@ import (
 //	                                 nano-yuan; <period> is 2026-11-30 or 2026-11
 //
 // Time is the Redis server's TIME in microseconds, read once per call of
-// batchScript (an item's ARGV[1] = "" ; tests pin a clock by passing
-// one), so gateway clocks never matter. Numbers are written
-// with %d: Lua's default number format keeps only 14 digits.
-const scriptPrelude = `
-local function clock()
-  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
-  return servertime()
+// batchScript (an item's ARGV[1] = ""; tests pin a clock by passing one),
+// so gateway clocks never matter. Numbers are written with %d: Lua's
+// default number format keeps only 14 digits.
+//
+// scriptHelpers are the bodies' pure functions, made once per call of
+// batchScript; scriptPrelude, the start of the admission, settlement and
+// lease bodies, reads the item's clock and buckets.
+const scriptHelpers = `
+local servernow
+local function servertime()
+  if servernow == nil then
+    local t = redis.call('TIME')
+    servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return servernow
 end
 local function refill(level, at, cap, rate, now)
   level = tonumber(level)
@@ -43,7 +52,10 @@ local function fullin(level, cap, rate)
   return math.ceil((cap - level) / rate)
 end
 local function int(x) return string.format('%d', x) end
-local now = clock()
+`
+
+const scriptPrelude = `
+local now = tonumber(ARGV[1]) or servertime()
 local rcap, rrate = tonumber(ARGV[2]), tonumber(ARGV[3])
 local tcap, trate = tonumber(ARGV[4]), tonumber(ARGV[5])
 local s = redis.call('HMGET', KEYS[1], 'r', 'ra', 't', 'ta')
@@ -243,8 +255,7 @@ return {rg, tg, r, t, rwait, twait, holdwait}
 // holdBody refuses evaluations until ARGV[1] (now) + ARGV[2] microseconds,
 // unless a longer hold is already in place. KEYS[1] is the hold key.
 var holdBody = `
-local now = tonumber(ARGV[1])
-if ARGV[1] == '' then now = servertime() end
+local now = tonumber(ARGV[1]) or servertime()
 local d = tonumber(ARGV[2])
 local cur = tonumber(redis.call('GET', KEYS[1]))
 if cur == nil or cur < now + d then
@@ -276,15 +287,7 @@ const (
 // would stop its own script: the other items' outcomes stand, each as
 // atomic as one script's, since nothing else runs on Redis while a
 // script does.
-var batchScript = redis.NewScript(`
-local servernow
-local function servertime()
-  if servernow == nil then
-    local t = redis.call('TIME')
-    servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return servernow
-end
+var batchScript = redis.NewScript(scriptHelpers + `
 local bodies = {}
 bodies['` + string(kindAdmit) + `'] = function(KEYS, ARGV)` + scriptPrelude + admitBody + `end
 bodies['` + string(kindSettle) + `'] = function(KEYS, ARGV)` + scriptPrelude + settleBody + `end
