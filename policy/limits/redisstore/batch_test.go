@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,6 +163,42 @@ func TestRedisAdmissionsShareAScriptCall(t *testing.T) {
 	}
 	if v := redistest.HashInts(t, s.client, s.budgetKey("lone", "p"), "s"); v[0] == nil || *v[0] != 100 {
 		t.Fatalf("spent %v once the settlement returned, want 100", v[0])
+	}
+}
+
+// TestRedisItemFailsAlone: an admission that fails inside a shared script
+// call (its bucket key holds a string: WRONGTYPE) fails alone, with the
+// script's error; the others in the call are admitted, each once.
+func TestRedisItemFailsAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv.URL(), Options{})
+	c := admission(store.RequestsPerMinute(1000), defTok, 1)
+	mustAdmit(t, s, "warm", c)
+	bad, _ := s.keys("bad")
+	if err := s.client.Set(bg, bad, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := pretendBusy(t, s)
+	orgs := []string{"a", "b", "bad", "c", "d"}
+	got := make([]store.Outcome, len(orgs))
+	errs := make([]error, len(orgs))
+	var wg sync.WaitGroup
+	for i, org := range orgs {
+		wg.Go(func() { got[i], errs[i] = s.Admit(bg, org, c, 0, time.Time{}) })
+	}
+	waitPending(b, len(orgs))
+	b.lead(nil)
+	wg.Wait()
+	for i, org := range orgs {
+		if org == "bad" {
+			if class, _ := classify(errs[i]); errs[i] == nil || class != "script" || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
+				t.Fatalf("the bad item: %v, want its WRONGTYPE script error", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || !got[i].Allowed || got[i].Req/store.Unit != 999 {
+			t.Fatalf("%s: %+v %v, want admitted once beside the failed item", org, got[i], errs[i])
+		}
 	}
 }
 

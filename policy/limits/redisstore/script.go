@@ -302,6 +302,7 @@ for i = 1, tonumber(ARGV[1]) do
   ki, ai = ki + nk, ai + 3 + na
   local ok, res = pcall(body, keys, args)
   if ok then
+    if res == nil then res = false end -- a hole would end the array early
     out[i] = res
   elseif type(res) == 'table' and res.err then
     out[i] = res
