@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -68,4 +69,53 @@ func HashInts(t testing.TB, c redis.Cmdable, key string, fields ...string) []*in
 		out[i] = &n
 	}
 	return out
+}
+
+// CommandCalls is the server at addr's own count of the commands it has
+// run, by lower-case name (INFO commandstats: since it started or since
+// CONFIG RESETSTAT), so that a test counts scripts where Redis runs them,
+// not where a client sends them.
+func CommandCalls(t testing.TB, addr string) map[string]int {
+	t.Helper()
+	calls := map[string]int{}
+	for name, fields := range infoSection(t, addr, "commandstats") {
+		n, _, _ := strings.Cut(strings.TrimPrefix(fields, "calls="), ",")
+		calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
+	}
+	return calls
+}
+
+// CPUSeconds is the CPU time the server at addr has used, system plus
+// user, its main thread and the others (INFO cpu's used_cpu_sys and
+// used_cpu_user).
+func CPUSeconds(t testing.TB, addr string) float64 {
+	t.Helper()
+	info := infoSection(t, addr, "cpu")
+	var sum float64
+	for _, name := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := strconv.ParseFloat(info[name], 64)
+		if err != nil {
+			t.Fatalf("INFO cpu %s: %q", name, info[name])
+		}
+		sum += v
+	}
+	return sum
+}
+
+// infoSection is one section of the server at addr's INFO, field by field.
+func infoSection(t testing.TB, addr, section string) map[string]string {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatalf("INFO %s: %v", section, err)
+	}
+	fields := map[string]string{}
+	for line := range strings.Lines(info) {
+		if name, value, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[name] = value
+		}
+	}
+	return fields
 }

@@ -43,8 +43,10 @@ func BenchmarkAdmitInProcessParallel(b *testing.B) {
 	})
 }
 
-// benchRedis reports the commands the client sent and the scripts the
-// server ran per admission: both must be 1.
+// benchRedis reports the commands the client sent, the script calls the
+// server ran and the CPU time it spent (µs), per admission: one command and
+// one script call each when admissions come one at a time, fewer of both
+// in parallel, where the admissions waiting for a node share one call.
 func benchRedis(b *testing.B, parallel bool) {
 	srv := redistest.Start(b)
 	cfg := benchConfig()
@@ -54,9 +56,12 @@ func benchRedis(b *testing.B, parallel bool) {
 	universal(l).AddHook(hook)
 	mustAllowB(b, l.Admit(bg, "warm", 1))
 	srv.Do("CONFIG", "RESETSTAT")
+	cpu := redistest.CPUSeconds(b, srv.Addr)
 	hook.Sent.Store(0)
 	var n atomic.Int64
 	if parallel {
+		// 16 goroutines per CPU: bench/load's 32 clients on two cores.
+		b.SetParallelism(16)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				mustAllowB(b, l.Admit(bg, orgNames[n.Add(1)%int64(len(orgNames))], 1500))
@@ -68,9 +73,11 @@ func benchRedis(b *testing.B, parallel bool) {
 		}
 	}
 	b.StopTimer()
-	calls := commandCalls(b, srv.Addr)
-	b.ReportMetric(float64(hook.Sent.Load())/float64(n.Load()), "cmds/op")
-	b.ReportMetric(float64(calls["evalsha"]+calls["eval"])/float64(n.Load()), "scripts/op")
+	calls := redistest.CommandCalls(b, srv.Addr)
+	ops := float64(n.Load())
+	b.ReportMetric(float64(hook.Sent.Load())/ops, "cmds/op")
+	b.ReportMetric(float64(calls["evalsha"]+calls["eval"])/ops, "scripts/op")
+	b.ReportMetric((redistest.CPUSeconds(b, srv.Addr)-cpu)*1e6/ops, "redis-cpu-µs/op")
 }
 
 func mustAllowB(b *testing.B, d Decision) {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -372,27 +371,6 @@ func TestRedisScriptFlushed(t *testing.T) {
 	}
 }
 
-// commandCalls returns the server's command counts since CONFIG RESETSTAT.
-func commandCalls(t testing.TB, addr string) map[string]int {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	info, err := c.Info(bg, "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := map[string]int{}
-	for line := range strings.Lines(info) {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _, _ := strings.Cut(rest, ",")
-		calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
-	}
-	return calls
-}
-
 func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow, OnStoreError: StoreErrorDeny}, nil, false, onRedis(srv.URL()))
@@ -408,7 +386,7 @@ func TestRedisOneRoundTripPerAdmission(t *testing.T) {
 		t.Fatalf("client sent %d commands for 100 admissions", n)
 	}
 	// The server agrees, and reads its own clock once per admission.
-	calls := commandCalls(t, srv.Addr)
+	calls := redistest.CommandCalls(t, srv.Addr)
 	if calls["evalsha"] != 100 || calls["eval"] != 0 || calls["time"] != 100 {
 		t.Fatalf("server command counts %v, want evalsha=100, each reading TIME", calls)
 	}

@@ -263,7 +263,7 @@ func (s *Store) admitAt(org string, c store.Check, now, wall int64) store.Outcom
 		o.Allowed = o.HoldWait == 0 && o.ReqWait == 0 && o.TokWait == 0
 		if !o.Allowed && o.ReqWait == 0 && c.UsesReq() {
 			// Refused by the tokens or a hold: the request still counts
-			// one request, as every request does (see admitScript).
+			// one request, as every request does (see redisstore's admitBody).
 			req -= c.ReqCost
 			e.req = store.Stored{Level: req, At: now, Known: true}
 		}

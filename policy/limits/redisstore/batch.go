@@ -5,18 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Pipelining, after envoyproxy/ratelimit's REDIS_PIPELINE_WINDOW and
-// REDIS_PIPELINE_LIMIT: the scripts of concurrent requests share one write
-// and one read to Redis, each still its own atomic script with its own
+// Batching, after envoyproxy/ratelimit's REDIS_PIPELINE_WINDOW and
+// REDIS_PIPELINE_LIMIT, one step further: the calls of concurrent requests
+// share one write and one read to Redis, and one call of batchScript
+// (per slot on a cluster), each still its own atomic step with its own
 // answer.
 const (
-	// pipelineLimit is the most admissions one pipeline carries.
+	// pipelineLimit is the most admissions one pipeline carries: one
+	// script call on a single server (see scriptItems).
 	pipelineLimit = 128
 	// flushLimit is the most settlements or holds one pipeline of a flush
 	// carries.
@@ -27,12 +30,13 @@ const (
 	maxInflight = 4
 )
 
-// scriptCall is one script for a node batcher, and its answer.
+// scriptCall is one item of batchScript for a node batcher, and its
+// answer.
 type scriptCall struct {
-	node   *redis.Client
-	script *redis.Script
-	keys   []string
-	args   []any
+	node *redis.Client
+	kind callKind
+	keys []string
+	args []any
 
 	res any
 	err error
@@ -55,8 +59,8 @@ const (
 // pipelines in flight: while maxInflight are, the admissions that arrive
 // (up to pipelineLimit) gather for the next. A lone admission finds a free
 // slot and goes at once, so batching adds no latency at low load; under
-// load it adds at most one round trip's wait, and saves a write, a read
-// and two wake-ups per admission on both sides. Where envoyproxy/ratelimit
+// load it adds at most one round trip's wait, and saves a write, a read,
+// two wake-ups and a script call per admission on both sides. Where envoyproxy/ratelimit
 // flushes its write buffer on a timer (REDIS_PIPELINE_WINDOW), this waits
 // for no timer: the window closes when a pipeline's answer comes back.
 //
@@ -193,19 +197,25 @@ func (b *nodeBatcher) lead(self *scriptCall) {
 	next.wake <- struct{}{}
 }
 
-// pipeline sends calls to node in one pipeline (one write, one read) and
-// stores each call's answer in it. A call refused with NOSCRIPT did not
-// run: those go once more as EVAL, which loads the script. Nothing else is
-// sent twice: a call whose answer was lost may have run, and a script
-// debits. The pipeline is bounded by store_timeout from now: a caller
-// gone does not cancel the others' admissions.
+// pipeline sends calls to node in one pipeline (one write, one read), as
+// calls of batchScript of at most scriptItems items each, and stores each
+// call's answer in it. On a Redis Cluster a script call holds the items
+// of one slot only (see scriptGroups). A script call refused with
+// NOSCRIPT did not run: those go once more as EVAL, which loads the
+// script. Nothing else is sent twice: a call whose answer was lost may
+// have run, and an item debits. The pipeline is bounded by store_timeout
+// from now: a caller gone does not cancel the others' admissions.
 func (s *Store) pipeline(node *redis.Client, calls []*scriptCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(calls))
+	groups := s.scriptGroups(calls)
+	keys := make([][]string, len(groups))
+	args := make([][]any, len(groups))
+	cmds := make([]*redis.Cmd, len(groups))
 	pipe := node.Pipeline()
-	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	for i, g := range groups {
+		keys[i], args[i] = batchArgs(g)
+		cmds[i] = batchScript.EvalSha(ctx, pipe, keys[i], args[i]...)
 	}
 	_, _ = pipe.Exec(ctx)
 	var again []int
@@ -217,16 +227,15 @@ func (s *Store) pipeline(node *redis.Client, calls []*scriptCall) {
 	if len(again) > 0 {
 		pipe := node.Pipeline()
 		for _, i := range again {
-			c := calls[i]
-			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			cmds[i] = batchScript.Eval(ctx, pipe, keys[i], args[i]...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
 	moved := false
-	for i, c := range calls {
-		c.res, c.err = cmds[i].Result()
-		if c.err != nil {
-			if class, _ := classify(c.err); class == "moved" {
+	for i, g := range groups {
+		answer(g, cmds[i])
+		if err := cmds[i].Err(); err != nil {
+			if class, _ := classify(err); class == "moved" {
 				moved = true
 			}
 		}
@@ -236,6 +245,108 @@ func (s *Store) pipeline(node *redis.Client, calls []*scriptCall) {
 		// Refresh the slot map now rather than at the next periodic reload.
 		s.reloadSlots(ctx)
 	}
+}
+
+// scriptItems is the most items one call of batchScript carries: enough
+// to pay Redis's per-call cost once for many, few enough that the call
+// keeps Redis from its other clients no longer than a short pipeline of
+// single scripts would.
+const scriptItems = 128
+
+// scriptGroups splits calls, in order, into the items of batchScript's
+// calls: at most scriptItems each, and on a Redis Cluster those of one
+// slot each (every key of one organization shares its slot; see keyOrg),
+// since a cluster refuses a script whose keys span slots. A node serves
+// many slots: its pipeline then carries one script call per slot.
+func (s *Store) scriptGroups(calls []*scriptCall) [][]*scriptCall {
+	if !s.cluster {
+		return slices.Collect(slices.Chunk(calls, scriptItems))
+	}
+	var groups [][]*scriptCall
+	open := make(map[uint16]int) // slot -> its group being filled
+	for _, c := range calls {
+		slot := keySlot(c.keys[0])
+		i, ok := open[slot]
+		if !ok || len(groups[i]) == scriptItems {
+			i = len(groups)
+			open[slot] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], c)
+	}
+	return groups
+}
+
+// batchArgs are the KEYS and ARGV of one call of batchScript that carries
+// calls.
+func batchArgs(calls []*scriptCall) ([]string, []any) {
+	nk, na := 0, 1
+	for _, c := range calls {
+		nk += len(c.keys)
+		na += 3 + len(c.args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, 0, na)
+	args = append(args, len(calls))
+	for _, c := range calls {
+		keys = append(keys, c.keys...)
+		args = append(args, string(c.kind), len(c.keys), len(c.args))
+		args = append(args, c.args...)
+	}
+	return keys, args
+}
+
+// answer stores in each of calls its answer from cmd, a call of
+// batchScript that carried them: the call's error for each when the call
+// failed as a whole (none of them ran, or, with the answer lost, any may
+// have), else each item's own reply or error reply.
+func answer(calls []*scriptCall, cmd *redis.Cmd) {
+	res, err := cmd.Result()
+	if err != nil {
+		for _, c := range calls {
+			c.err = err
+		}
+		return
+	}
+	replies, ok := res.([]any)
+	if !ok || len(replies) != len(calls) {
+		err := fmt.Errorf("%w: %T of %d items", errBadReply, res, len(calls))
+		for _, c := range calls {
+			c.err = err
+		}
+		return
+	}
+	for i, c := range calls {
+		if rerr, ok := replies[i].(redis.Error); ok {
+			c.err = rerr
+			continue
+		}
+		c.res = replies[i]
+	}
+}
+
+// keySlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
+// tag (the part between the first { and the next }, when not empty) or
+// of the whole key, modulo 16384, as the Redis Cluster specification
+// defines it.
+func keySlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
 }
 
 // errNotSent is a script taken off its node's queue before it was written.

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,10 +46,30 @@ func pretendBusy(t *testing.T, s *testStore) *nodeBatcher {
 	return b
 }
 
-// TestRedisAdmissionsShareAPipeline: admissions that arrive while a
-// pipeline is in flight go together in the next one, each its own script
-// with its own answer.
-func TestRedisAdmissionsShareAPipeline(t *testing.T) {
+// deref is *p, or 0 for nil.
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// budgetSettlement is the settlement of a budgeted request that reserved
+// release nano-yuan under minute slot of period "p", and cost charge.
+func budgetSettlement(slot, charge, release int64) store.Settlement {
+	end := time.Now().Add(time.Hour).UnixMicro()
+	return store.Settlement{Req: defReq, Tok: defTok,
+		Spend: &store.SpendSettle{Period: "p", End: end, Slot: slot, Charge: charge, Release: release}}
+}
+
+// TestRedisAdmissionsShareAScriptCall: admissions that arrive while the
+// node's pipelines are in flight go together in the next one, as one
+// call of one script that Redis runs once (INFO commandstats), each
+// admission with its own outcome and its own answer; the settlements of
+// budgeted requests that wait meanwhile ride the same call, and each
+// returns only once Redis has answered it. A lone admission or a lone
+// settlement goes at once.
+func TestRedisAdmissionsShareAScriptCall(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, srv.URL(), Options{})
 	c := admission(store.RequestsPerMinute(1000), defTok, 1)
@@ -56,41 +77,208 @@ func TestRedisAdmissionsShareAPipeline(t *testing.T) {
 	hook := &redistest.CountHook{}
 	s.client.AddHook(hook)
 	b := pretendBusy(t, s)
+	direct := nodeClient(t, srv.Addr) // its commands are not the store's
+	before := redistest.CommandCalls(t, srv.Addr)["evalsha"]
 
-	const n = 50
+	// Half the admissions to one organization (each must see the debits
+	// before its own), half to organizations of their own; and budgeted
+	// requests' settlements, each releasing its reservation.
+	const n, settles = 50, 4
+	for i := range settles {
+		org := "budgeted" + strconv.Itoa(i)
+		if err := direct.HSet(bg, s.budgetKey(org, "p"), "r7", 1000).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	got := make([]store.Outcome, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { got[i], errs[i] = s.Admit(bg, "acme", c, 0, time.Time{}) })
+		org := "acme"
+		if i%2 == 1 {
+			org = "org" + strconv.Itoa(i)
+		}
+		wg.Go(func() { got[i], errs[i] = s.Admit(bg, org, c, 0, time.Time{}) })
 	}
-	waitPending(b, n)
+	settled := make(chan string, settles)
+	for i := range settles {
+		org := "budgeted" + strconv.Itoa(i)
+		wg.Go(func() {
+			s.Settle(org, budgetSettlement(7, 300, 1000), time.Time{})
+			settled <- org
+		})
+	}
+	waitPending(b, n+settles)
+	if len(settled) != 0 {
+		t.Fatal("a settlement returned before Redis answered it")
+	}
 	b.lead(nil)
 	wg.Wait()
-	if s, c := hook.Sent.Load(), hook.Scripts.Load(); s != 1 || c != n {
-		t.Fatalf("%d pipelines with %d scripts for %d admissions, want 1 with %d", s, c, n, n)
+	if sent, scripts := hook.Sent.Load(), hook.Scripts.Load(); sent != 1 || scripts != 1 {
+		t.Fatalf("%d pipelines with %d script calls for %d admissions and %d settlements, want 1 with 1", sent, scripts, n, settles)
+	}
+	if calls := redistest.CommandCalls(t, srv.Addr)["evalsha"] - before; calls != 1 {
+		t.Fatalf("Redis ran %d EVALSHA for %d admissions and %d settlements, want 1", calls, n, settles)
 	}
 	var remaining []int64
 	for i, o := range got {
 		if !o.Allowed || errs[i] != nil {
 			t.Fatalf("%+v %v, want admitted by Redis", o, errs[i])
 		}
+		if i%2 == 1 {
+			if o.Req/store.Unit != 999 {
+				t.Fatalf("an organization's first admission left %d, want 999", o.Req/store.Unit)
+			}
+			continue
+		}
 		remaining = append(remaining, o.Req/store.Unit)
 	}
 	slices.Sort(remaining)
 	for i, r := range remaining {
-		if r != int64(1000-n+i) {
+		if r != int64(1000-n/2+i) {
 			t.Fatalf("remaining %v: each admission must see its own answer", remaining)
+		}
+	}
+	for i := range settles {
+		v := redistest.HashInts(t, s.client, s.budgetKey("budgeted"+strconv.Itoa(i), "p"), "s", "r7")
+		if v[0] == nil || *v[0] != 300 || v[1] != nil {
+			t.Fatalf("budget after the settlement: spent %v, reserved %v; want 300 spent, nothing reserved", v[0], v[1])
 		}
 	}
 	if b.inflight != maxInflight-1 || len(b.pending) != 0 {
 		t.Fatalf("%d in flight, %d pending after the pipeline", b.inflight, len(b.pending))
 	}
-	// A lone admission goes at once, in a pipeline of its own.
+	// A lone admission, and a lone settlement, go at once, each in a
+	// pipeline of its own: no timer waits for company.
 	hook.Sent.Store(0)
 	mustAdmit(t, s, "acme", c)
-	if s := hook.Sent.Load(); s != 1 {
-		t.Fatalf("a lone admission took %d round trips", s)
+	if sent := hook.Sent.Load(); sent != 1 {
+		t.Fatalf("a lone admission took %d round trips", sent)
+	}
+	hook.Sent.Store(0)
+	direct.HSet(bg, s.budgetKey("lone", "p"), "r7", 1000)
+	s.Settle("lone", budgetSettlement(7, 100, 1000), time.Time{})
+	if sent := hook.Sent.Load(); sent != 1 {
+		t.Fatalf("a lone settlement took %d round trips before it returned", sent)
+	}
+	if v := redistest.HashInts(t, s.client, s.budgetKey("lone", "p"), "s"); v[0] == nil || *v[0] != 100 {
+		t.Fatalf("spent %v once the settlement returned, want 100", v[0])
+	}
+}
+
+// TestRedisItemFailsAlone: an admission that fails inside a shared script
+// call (its bucket key holds a string: WRONGTYPE) fails alone, with the
+// script's error; the others in the call are admitted, each once.
+func TestRedisItemFailsAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv.URL(), Options{})
+	c := admission(store.RequestsPerMinute(1000), defTok, 1)
+	mustAdmit(t, s, "warm", c)
+	bad, _ := s.keys("bad")
+	if err := s.client.Set(bg, bad, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := pretendBusy(t, s)
+	orgs := []string{"a", "b", "bad", "c", "d"}
+	got := make([]store.Outcome, len(orgs))
+	errs := make([]error, len(orgs))
+	var wg sync.WaitGroup
+	for i, org := range orgs {
+		wg.Go(func() { got[i], errs[i] = s.Admit(bg, org, c, 0, time.Time{}) })
+	}
+	waitPending(b, len(orgs))
+	b.lead(nil)
+	wg.Wait()
+	for i, org := range orgs {
+		if org == "bad" {
+			if class, _ := classify(errs[i]); errs[i] == nil || class != "script" || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
+				t.Fatalf("the bad item: %v, want its WRONGTYPE script error", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || !got[i].Allowed || got[i].Req/store.Unit != 999 {
+			t.Fatalf("%s: %+v %v, want admitted once beside the failed item", org, got[i], errs[i])
+		}
+	}
+}
+
+// TestRedisBatchWhoseAnswerIsLostNeverDebitsTwice: a script call whose
+// answer is lost after Redis ran it (the connection reset mid-reply)
+// fails each of its settlements and admissions, none of them proven
+// unsent: the settlements are counted unanswered and not queued again,
+// the admissions answered with the error, so every bucket shows each
+// debit exactly once, however many flushes follow.
+func TestRedisBatchWhoseAnswerIsLostNeverDebitsTwice(t *testing.T) {
+	srv, proxy, client := proxied(t)
+	pinned := time.Now() // no refill between the debits and their check
+	s := New(client, "t:", Options{Timeout: time.Minute, Clock: func() time.Time { return pinned }})
+	t.Cleanup(func() { _ = s.Close() })
+	ts := &testStore{Store: s, client: client, prefix: "t:"}
+	c := admission(store.RequestsPerMinute(1000), defTok, 1)
+	mustAdmit(t, ts, "warm", c)
+	direct := nodeClient(t, srv.Addr)
+	const n = 20
+
+	// Settlements of token corrections, queued and flushed as one call.
+	s.mu.Lock()
+	for i := range n {
+		s.settles["org"+strconv.Itoa(i)] = pendingSettle{req: defReq, tok: defTok, delta: 5}
+	}
+	s.mu.Unlock()
+	proxy.Latency(0, time.Minute) // Redis runs the call; its answer waits
+	flushed := make(chan struct{})
+	go func() { s.flush(); close(flushed) }()
+	last, _ := s.keys("org" + strconv.Itoa(n-1))
+	wait.Until(t, "the settlements run", func() bool { return direct.Exists(bg, last).Val() == 1 })
+	proxy.Reset()
+	<-flushed
+	proxy.Pass()
+	s.flush() // nothing may be left to send
+	ts.drain(t)
+	// Each organization's 5 tokens charged once (read before the keys
+	// expire: a bucket this close to full lives a second).
+	for i := range n {
+		bucket, _ := s.keys("org" + strconv.Itoa(i))
+		if v := redistest.HashInts(t, direct, bucket, "t"); v[0] == nil || *v[0] != defTok.Capacity-5*store.Unit {
+			t.Fatalf("org%d's token bucket is not one charge of 5 below full (%d units short)", i, defTok.Capacity-deref(v[0]))
+		}
+	}
+
+	if st := s.Stats(); st.SettlementsUnanswered != n {
+		t.Fatalf("%d settlements counted unanswered, want %d", st.SettlementsUnanswered, n)
+	}
+	// Admissions of concurrent requests, one call, on a connection made
+	// before the answers are held up.
+	if err := client.Ping(bg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := pretendBusy(t, ts)
+	bucket, _ := s.keys("acme")
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, errs[i] = s.Admit(bg, "acme", c, 0, time.Time{}) })
+	}
+	waitPending(b, n)
+	proxy.Latency(0, time.Minute)
+	go b.lead(nil)
+	wait.Until(t, "the admissions run", func() bool {
+		v, _ := direct.HGet(bg, bucket, "r").Int64()
+		return v == (1000-n)*store.Unit
+	})
+	proxy.Reset()
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil || notSent(err) {
+			t.Fatalf("admission error %v, want one that says it may have run", err)
+		}
+	}
+	proxy.Pass()
+	wait.Until(t, "redis back", s.Up)
+
+	// acme's n admissions debited once.
+	if o := mustAdmit(t, ts, "acme", c); o.Req/store.Unit != 1000-n-1 {
+		t.Fatalf("acme has %d requests left after %d admissions and this one, want %d", o.Req/store.Unit, n, 1000-n-1)
 	}
 }
 
@@ -263,7 +451,7 @@ func TestRedisCallTakenOffTheQueueIsNotSent(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	got := make(chan error)
 	go func() {
-		_, err := b.do(ctx, &scriptCall{node: s.client.(*redis.Client), script: holdScript, keys: []string{"k"}, args: []any{"", 1}}, slow)
+		_, err := b.do(ctx, &scriptCall{node: s.client.(*redis.Client), kind: kindHold, keys: []string{"k"}, args: []any{"", 1}}, slow)
 		got <- err
 	}()
 	waitPending(b, 1)
@@ -327,7 +515,7 @@ type noNodes struct{ redis.Scripter }
 // rather than counted lost.
 func TestRedisCallWithoutANodeIsNotSent(t *testing.T) {
 	s := &Store{client: noNodes{}, timeout: slow}
-	_, err := s.run(bg, holdScript, []string{"k"}, "", 1)
+	_, err := s.run(bg, kindHold, []string{"k"}, "", 1)
 	if err == nil || !notSent(err) {
 		t.Fatalf("error %v: want one that says not sent", err)
 	}

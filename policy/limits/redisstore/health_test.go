@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func settleIn(client *redis.Client, timeout time.Duration, keys ...string) (any,
 	for range keys[1:] {
 		args = append(args, 1000, 0, 0, time.Now().Add(time.Hour).UnixMicro())
 	}
-	c := &scriptCall{node: client, script: settleScript, keys: keys, args: args}
+	c := &scriptCall{node: client, kind: kindSettle, keys: keys, args: args}
 	s.pipeline(client, []*scriptCall{c})
 	return c.res, c.err
 }
@@ -183,7 +184,7 @@ func TestRefusedScriptIsNotSentAgain(t *testing.T) {
 			srv, proxy, c := proxied(t)
 			// The script runs; its answer is held up, and the connection
 			// reset once Redis has run it.
-			if err := settleScript.Load(bg, c).Err(); err != nil {
+			if err := batchScript.Load(bg, c).Err(); err != nil {
 				t.Fatal(err)
 			}
 			proxy.Latency(0, time.Minute)
@@ -420,5 +421,79 @@ func TestIsProbe(t *testing.T) {
 	}
 	if n := hook.Scripts.Load(); n == 0 {
 		t.Fatal("another script was not counted")
+	}
+}
+
+// TestClusterBatchHoldsOneSlot: on a Redis Cluster, the admissions of
+// many organizations that wait for one master go in one pipeline, as one
+// script call per slot (a cluster refuses a script whose keys span
+// slots), each answered: the slot is the one the cluster itself gives
+// (CLUSTER KEYSLOT).
+func TestClusterBatchHoldsOneSlot(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	pinned := time.Now() // no refill: each answer exact
+	s, cc := clusterStore(t, cluster, Options{Clock: func() time.Time { return pinned }})
+	node := cluster.Nodes[0]
+	var orgs []string
+	slots := map[uint16]bool{}
+	for i := 0; len(orgs) < 40; i++ {
+		org := "org" + strconv.Itoa(i)
+		key, _ := s.keys(org)
+		if m, err := cc.MasterForKey(bg, key); err != nil || m.Options().Addr != node.Addr {
+			continue
+		}
+		want, err := cc.ClusterKeySlot(bg, key).Result()
+		if err != nil || int64(keySlot(key)) != want {
+			t.Fatalf("%s: keySlot %d, the cluster says %d (%v)", key, keySlot(key), want, err)
+		}
+		orgs = append(orgs, org)
+		slots[keySlot(key)] = true
+	}
+	// Two admissions of one organization share its slot's call.
+	orgs = append(orgs, orgs[0])
+	c := admission(defReq, defTok, 1)
+	mustAdmit(t, s, orgs[1], c) // loads the script on the node
+	key1, _ := s.keys(orgs[1])
+	nodeClient, err := cc.MasterForKey(bg, key1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.batcher(nodeClient)
+	b.mu.Lock()
+	b.inflight = maxInflight
+	b.mu.Unlock()
+	hook := &redistest.CountHook{}
+	nodeClient.AddHook(hook)
+
+	got := make([]store.Outcome, len(orgs))
+	errs := make([]error, len(orgs))
+	var wg sync.WaitGroup
+	for i, org := range orgs {
+		wg.Go(func() { got[i], errs[i] = s.Admit(bg, org, c, 0, time.Time{}) })
+	}
+	waitPending(b, len(orgs))
+	b.lead(nil)
+	wg.Wait()
+	if sent, scripts := hook.Sent.Load(), hook.Scripts.Load(); sent != 1 || scripts != int64(len(slots)) {
+		t.Fatalf("%d pipelines with %d script calls for %d organizations in %d slots, want 1 with %d", sent, scripts, len(orgs), len(slots), len(slots))
+	}
+	wantReq := defReq.Capacity - store.Unit
+	for i, o := range got {
+		if errs[i] != nil || !o.Allowed {
+			t.Fatalf("%s: %+v %v, want admitted", orgs[i], o, errs[i])
+		}
+		if i == 0 || i == len(orgs)-1 {
+			continue // orgs[0]'s two admissions: one of them sees the other's debit
+		}
+		want := wantReq
+		if i == 1 {
+			want -= store.Unit // admitted once before, to load the script
+		}
+		if o.Req != want {
+			t.Fatalf("%s: %d requests left, want %d", orgs[i], o.Req/store.Unit, want/store.Unit)
+		}
+	}
+	if a, z := got[0].Req, got[len(got)-1].Req; min(a, z) != wantReq-store.Unit || max(a, z) != wantReq {
+		t.Fatalf("one organization's two admissions left %d and %d, want %d and %d", a/store.Unit, z/store.Unit, wantReq/store.Unit-1, wantReq/store.Unit)
 	}
 }

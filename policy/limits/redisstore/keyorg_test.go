@@ -65,3 +65,23 @@ func TestCancelledIsNoFailure(t *testing.T) {
 		t.Fatal("a cancelled request counted as a Redis failure")
 	}
 }
+
+// TestKeySlot: the slots of the Redis Cluster specification's examples
+// (CLUSTER KEYSLOT's documented answers, and CRC16/XMODEM's check value
+// 0x31C3 for "123456789").
+func TestKeySlot(t *testing.T) {
+	for key, want := range map[string]uint16{
+		"somekey":       11058,
+		"foo{hash_tag}": 2515,
+		"123456789":     0x31C3,
+		"{user1000}.x":  keySlot("user1000"),
+		"foo{}{bar}":    keySlot("foo{}{bar}"),
+		"t:{acme}:b":    keySlot("acme"),
+		"t:{acme}:h":    keySlot("acme"),
+		"a{b}c{d}":      keySlot("b"),
+	} {
+		if got := keySlot(key); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}

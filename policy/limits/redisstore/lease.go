@@ -28,7 +28,7 @@ const minSweepEvery = 5 * time.Millisecond
 // Leases are the local-allowance mode (local_allowance), a store.Store
 // wrapping the Redis store. Per organization, an instance holds at most
 // one lease: units of the requests and token buckets that
-// leaseScript debited from Redis for it. Admissions spend the lease under a
+// leaseBody debited from Redis for it. Admissions spend the lease under a
 // mutex, without a round trip. When the lease cannot pay an admission, or
 // its interval has passed, the next admission takes a new one in the same
 // script that gives the old one's rest back (an exchange: no moment sees
