@@ -59,7 +59,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	queue := fmt.Sprintf("queue %s maxlen %d", stream, o.maxLen)
 	if o.includeContent {
-		queue += " include_content"
+		queue += "\n\t\t\t\tinclude_content"
 	}
 	if o.maxContent != "" {
 		queue += "\n\t\t\t\tmax_content " + o.maxContent
