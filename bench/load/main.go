@@ -172,7 +172,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	printMachine(out)
 	fmt.Fprintf(out, "runs: %d rounds of %v per configuration, payload and mode; %d clients at fixed concurrency; fixed rate %.0f%% of P's throughput\n",
 		o.rounds, o.duration, o.concurrency, 100*o.rateShare)
-	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin (E: 16 keys for each, see harness.Requests)\n", len(harness.Keys))
+	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin (E: 32 keys for each, see harness.Requests)\n", len(harness.Keys))
 	printPayloads(out, payloads)
 
 	if skipped := skipNginxIfAbsent(); len(skipped) > 0 {
@@ -232,9 +232,30 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "\n%s's checked answers: %d hits, %d misses (a Redis lookup over the cache's 100 ms timeout is a miss, forwarded)\n",
 		harness.Cached, hits, misses)
 	if slices.Contains(harness.Configs, harness.Everything) {
-		fmt.Fprintf(out, "%s's checked answers: %d misses, no hit (the alias's answers are never stored)\n", harness.Everything, harness.MissedAnswers.Load())
+		fmt.Fprintf(out, "%s's checked answers: %d misses, no hit (the alias's answers are never stored); answer cache GETs per request in its measured runs (2 a lookup; more when a request waited for an identical one and looked again, fewer while the cache rested Redis): %s\n",
+			harness.Everything, harness.MissedAnswers.Load(), b.lookups())
 	}
 	return stack.Alive()
+}
+
+// lookups is the GETs Redis ran per request in Everything's measured
+// runs, by payload and mode, medians over the rounds: 2 when every request
+// looked the answer cache up and the verdict cache's front in process
+// answered every check.
+func (b *bench) lookups() string {
+	var parts []string
+	for _, ur := range b.runs {
+		for _, pr := range ur.results {
+			for _, mode := range []string{closedLoop, openLoop} {
+				var v []float64
+				for _, m := range pr.runs[mode][harness.Everything] {
+					v = append(v, m.redis["get"])
+				}
+				parts = append(parts, fmt.Sprintf("%s %s (%s) %.2f", pr.p.Name, ur.upstream, mode, median(v)))
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // bench holds one run's stack and measurements.
@@ -246,6 +267,7 @@ type bench struct {
 
 	runs       []*upstreamRun
 	roundTrips strings.Builder // the MONITOR count's table
+	restNotes  []string        // lookups the answer cache skipped while resting Redis
 }
 
 // upstreamRun is the measurements in front of one upstream.
@@ -470,8 +492,9 @@ func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 		}
 		per := func(k string) float64 { return float64(counts[k]) / n }
 		if c == harness.Everything && per("answer-get") < 2 {
-			return fmt.Errorf("%s: the answer cache sent %.2f GETs per request, want 2 (the entry and the key's record): not every request looked it up",
-				c, per("answer-get"))
+			if err := b.restExplains(per("answer-get")); err != nil {
+				return fmt.Errorf("%s: %w", c, err)
+			}
 		}
 		var other []string
 		for k, v := range counts {
@@ -487,6 +510,29 @@ func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 			strings.Join(append(other, ""), " "))
 	}
 	tw.flush()
+	for _, note := range b.restNotes {
+		fmt.Fprintf(&b.roundTrips, "\n%s\n", note)
+	}
+	return nil
+}
+
+// restExplains accounts for Everything's requests that sent the answer
+// cache fewer than 2 GETs each (the entry and the key's record): only the
+// cache's documented health rule may skip a lookup, resting Redis after
+// lookups over its timeout (a loaded machine), and it logs that it did. It
+// returns an error when the proxy's log says nothing of a rest, else notes
+// the skipped lookups under the table.
+func (b *bench) restExplains(getsPerRequest float64) error {
+	// The log goes through a buffer flushed every second.
+	time.Sleep(1500 * time.Millisecond)
+	log, err := os.ReadFile(filepath.Join(b.stack.Dir, "proxy.caddy.log"))
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(log, []byte("answer cache: redis failing")) {
+		return fmt.Errorf("the answer cache sent %.2f GETs per request, want 2 (the entry and the key's record): not every request looked it up", getsPerRequest)
+	}
+	b.restNotes = append(b.restNotes, fmt.Sprintf("%s: %.2f answer cache GETs per request, not 2: the cache rested Redis after lookups over its 100 ms timeout (the machine is loaded), and the requests meanwhile skipped the lookup as docs/cache.md says", harness.Everything, getsPerRequest))
 	return nil
 }
 

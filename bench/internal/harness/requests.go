@@ -36,7 +36,7 @@ func (s *Stack) Reference(ctx context.Context, d *Driver, body []byte) ([]byte, 
 // expecting want and the configuration's headers. Cached's name the
 // concrete version the payloads' alias answers with (see ConcreteVersion);
 // Everything's keep the alias, whose answers are never stored, and go out
-// over 128 keys (see missKeys).
+// over 256 keys (see missKeys).
 func (s *Stack) Requests(config string, body, want []byte) []Request {
 	keys := Keys
 	if config == Everything {

@@ -97,15 +97,16 @@ func InFirstProxy(config string) bool { return servedBy(config) == proxyMain }
 // organization with buckets of its own, as real traffic has several.
 var Keys = []string{"bench-key-1", "bench-key-2", "bench-key-3", "bench-key-4", "bench-key-5", "bench-key-6", "bench-key-7", "bench-key-8"}
 
-// missKeys are Everything's bearer keys, 16 organizations per key of
+// missKeys are Everything's bearer keys, 32 organizations per key of
 // Keys: the answer cache makes an identical miss wait for the one at the
-// upstream (see docs/cache.md), so identical requests in flight at once
-// would each pay a second lookup and a wait. Sent round-robin, 128
-// organizations keep every request in flight distinct at the benchmark's
-// concurrency (32 clients; at most 128 workers at the fixed rate).
+// upstream and then look again (see docs/cache.md), so identical requests
+// in flight at once would each pay a second lookup and a wait. Sent
+// round-robin, 256 organizations keep every request in flight distinct at
+// the benchmark's concurrency (32 clients; at most 128 workers at the fixed
+// rate) unless one request takes as long as 256 others.
 var missKeys = func() []string {
 	var keys []string
-	for i := range 16 {
+	for i := range 32 {
 		for _, k := range Keys {
 			keys = append(keys, fmt.Sprintf("%s-e%02d", k, i+1))
 		}
