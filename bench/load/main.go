@@ -118,7 +118,7 @@ func parseArgs(args []string) (options, error) {
 	fs.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
 	fs.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
 	fs.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
-	fs.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
+	fs.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU profiles of the Caddy proxies under each of their configurations, and the first proxy's allocation profile, to this directory")
 	fs.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the first proxy's log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile (Lu and Lmu always do)")
 	fs.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
 	configs := fs.String("configs", strings.Join(harness.Configs, ","), "comma-separated configurations to measure; P is always measured, first")
