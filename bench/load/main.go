@@ -9,29 +9,46 @@
 // costs next to nothing, as a remote service does seen from this machine;
 // and the simulated service itself, no latency, no limits, no token
 // budgets), a guardrails stub (the stubs are this program, run again; see
-// harness.ServeGuardrailsStubIfAsked), and one Caddy process serving six
-// configurations on a port each, all in front of the same upstream:
+// harness.ServeGuardrailsStubIfAsked), and the proxies, all in front of the
+// same upstream, a configuration on a port each. One Caddy process serves,
+// its log through the buffered writer as the default Caddyfile writes it:
 //
 //	P   plain reverse_proxy
 //	L   the gateway: Redis limits, breaker and routing
-//	Lm  L with in-process limits: what L costs without its Redis round trip
 //	Lb  L with a budget never reached: a reservation and its settlement per request
+//	Lm  L with in-process limits: what L costs without its Redis round trip
 //	La  L with local_allowance 2% 100ms: Redis limits, a round trip per lease
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
 //	C   L with the exact answer cache (in Redis) hot: every request a hit,
 //	    the upstream never called (the requests name service-1.0.0)
+//	E   everything on, in the same Redis: Lb's limits and budget, the
+//	    breaker, GC's guardrails, routing with audit 0.1 and the review
+//	    queue, and the answer cache looked up and missing on every request
+//	    (the requests ask the alias, whose answers are never stored)
 //
-// The headline tables are measured in front of the stub; then the proxy is
-// reloaded in front of the simulator for a second set (-sim-payloads).
+// a second Caddy process serves L and Lm again with its log through Caddy's
+// own file writer (one write(2) per entry), and nginx, when installed, the
+// reference rows:
+//
+//	Lu  L, Caddy's own file writer
+//	Lmu Lm, Caddy's own file writer
+//	N   nginx proxy_pass, no access log (P writes none)
+//	Nl  N with limit_req keyed on the Authorization header, far above the
+//	    load, and a buffered access log line per request
+//
+// The headline tables are measured in front of the stub; then the proxies
+// are pointed at the simulator for a second set (-sim-payloads).
 //
 // For each payload it drives each configuration in turn, alternating (P, L,
-// Lm, La, G, GC, P, L, ...) for several rounds, first at a fixed concurrency and
-// then at a fixed rate, and prints per configuration the medians over the rounds
-// of requests/s, p50/p90/p99 latency, CPU time per request of each process,
+// Lb, ..., Nl, P, L, ...) for several rounds, first at a fixed concurrency
+// and then at a fixed rate, and prints per configuration the medians over
+// the rounds of requests/s, p50/p90/p99 latency, CPU time per request of
+// each process (the proxy being the process that serves the configuration),
 // Redis commands per request, and the ratios to P measured in the same
-// round. It also counts, with MONITOR, the Redis commands each gateway
-// configuration sends per request and when.
+// round; then judges the targets on the small payloads. It also counts,
+// with MONITOR, the Redis commands each gateway configuration sends per
+// request and when.
 //
 // Every answer is checked: a status other than 200, a body that differs
 // from the upstream's own answer to the same request, or missing gateway
@@ -101,8 +118,8 @@ func parseArgs(args []string) (options, error) {
 	fs.Float64Var(&o.rateShare, "rate", 0.3, "fixed rate, as a share of P's fixed-concurrency throughput for the payload")
 	fs.StringVar(&names, "payloads", strings.Join(payload.Names(), ","), "comma-separated payloads, in front of the cheap upstream stub (the headline tables)")
 	fs.StringVar(&simNames, "sim-payloads", "small-en,32k-en", "comma-separated payloads measured again in front of the simulator; empty for none")
-	fs.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU and allocation profiles of the proxy under each gateway configuration to this directory")
-	fs.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile")
+	fs.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU profiles of the Caddy proxies under each of their configurations, and the first proxy's allocation profile, to this directory")
+	fs.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the first proxy's log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile (Lu and Lmu always do)")
 	fs.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
 	configs := fs.String("configs", strings.Join(harness.Configs, ","), "comma-separated configurations to measure; P is always measured, first")
 	if err := fs.Parse(args); err != nil {
@@ -155,10 +172,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	printMachine(out)
 	fmt.Fprintf(out, "runs: %d rounds of %v per configuration, payload and mode; %d clients at fixed concurrency; fixed rate %.0f%% of P's throughput\n",
 		o.rounds, o.duration, o.concurrency, 100*o.rateShare)
-	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin\n", len(harness.Keys))
+	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin (E: 32 keys for each, see harness.Requests)\n", len(harness.Keys))
 	printPayloads(out, payloads)
 
-	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, upstream stub, guardrails stub, proxy ...")
+	if skipped := skipNginxIfAbsent(); len(skipped) > 0 {
+		fmt.Fprintf(out, "\nnginx not found (Debian's nginx-light provides it): %s skipped\n", strings.Join(skipped, " and "))
+	}
+	fmt.Fprintf(out, "\nconfigurations: %s\n\n", strings.Join(harness.Configs, ", "))
+	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, upstream stub, guardrails stub, proxies ...")
 	stack, err := harness.StartStack(ctx, harness.Options{UnbufferedLog: o.unbuffered})
 	if err != nil {
 		return err
@@ -167,6 +188,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "\nproxy Caddyfile (upstream: the stub at %s; for the second tables, systemone_simulator with latency 0, limits and token budgets off, at %s):\n\n",
 		stack.StubURL, stack.SimulatorURL)
 	fmt.Fprintln(out, indent(stack.Caddyfile))
+	if stack.UnbufferedCaddyfile != "" {
+		fmt.Fprintf(out, "\nsecond proxy's Caddyfile (%s and %s again, the log through Caddy's own file writer):\n\n", harness.LimitsUnbuffered, harness.LimitsLocalUnbuffered)
+		fmt.Fprintln(out, indent(stack.UnbufferedCaddyfile))
+	}
+	if stack.NginxConf != "" {
+		fmt.Fprintf(out, "\nnginx.conf (%s, one process):\n\n", harness.NginxPath())
+		fmt.Fprintln(out, indent(stack.NginxConf))
+	}
 
 	b := &bench{o: o, stack: stack, driver: harness.NewDriver(4 * o.concurrency), out: out}
 	defer b.driver.Close()
@@ -202,7 +231,41 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	hits, misses := harness.CachedAnswers.Hits.Load(), harness.CachedAnswers.Misses.Load()
 	fmt.Fprintf(out, "\n%s's checked answers: %d hits, %d misses (a Redis lookup over the cache's 100 ms timeout is a miss, forwarded)\n",
 		harness.Cached, hits, misses)
+	if slices.Contains(harness.Configs, harness.Everything) {
+		fmt.Fprintf(out, "%s's checked answers: %d misses, no hit (the alias's answers are never stored); answer cache GETs per request in its measured runs (E's GETs less Lb's; 2 a lookup, more when a request waited for an identical one and looked again, fewer while the cache rested Redis): %s\n",
+			harness.Everything, harness.MissedAnswers.Load(), b.lookups())
+	}
 	return stack.Alive()
+}
+
+// lookups is the answer cache's GETs per request in Everything's measured
+// runs, by payload and mode, medians over the rounds: Redis's GETs per
+// request in E's runs less those in Lb's, whose scripts are E's (INFO
+// commandstats counts the GETs a script runs too). 2 when every request
+// looked the cache up once and the verdict cache's front in process
+// answered every check.
+func (b *bench) lookups() string {
+	if !slices.Contains(harness.Configs, harness.LimitsBudget) {
+		return fmt.Sprintf("not known without %s, whose scripts are E's", harness.LimitsBudget)
+	}
+	gets := func(ms []measure) float64 {
+		var v []float64
+		for _, m := range ms {
+			v = append(v, m.redis["get"])
+		}
+		return median(v)
+	}
+	var parts []string
+	for _, ur := range b.runs {
+		for _, pr := range ur.results {
+			for _, mode := range []string{closedLoop, openLoop} {
+				runs := pr.runs[mode]
+				parts = append(parts, fmt.Sprintf("%s %s (%s) %.2f", pr.p.Name, ur.upstream, mode,
+					gets(runs[harness.Everything])-gets(runs[harness.LimitsBudget])))
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // bench holds one run's stack and measurements.
@@ -214,6 +277,7 @@ type bench struct {
 
 	runs       []*upstreamRun
 	roundTrips strings.Builder // the MONITOR count's table
+	restNotes  []string        // lookups the answer cache skipped while resting Redis
 }
 
 // upstreamRun is the measurements in front of one upstream.
@@ -318,7 +382,7 @@ func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload)
 // counters around it.
 func (b *bench) measure(ctx context.Context, config string, drive func() harness.Result) (measure, error) {
 	procs := map[string]int{
-		"proxy": b.stack.Proxy.PID(), "upstream": b.stack.UpstreamProcess().PID(),
+		"proxy": b.stack.ProxyOf(config).PID(), "upstream": b.stack.UpstreamProcess().PID(),
 		"guardrails": b.stack.GuardrailsStub.PID(), "redis": b.stack.Redis.PID(), "client": 0,
 	}
 	cpuBefore := make(map[string]time.Duration)
@@ -410,12 +474,15 @@ func (b *bench) pingRedis(ctx context.Context) func() []time.Duration {
 }
 
 // countRoundTrips sends sequential requests through each gateway
-// configuration while watching Redis with MONITOR, and reports which
-// commands each request cost: the admission script (two keys) and the
-// cache lookup (the verdict cache's; for C the answer cache's) run before
-// forwarding, in the handler's order; the
-// settlement (one key) and a cache store run after the answer, off the
-// client's path.
+// configuration of the first proxy while watching Redis with MONITOR, and
+// reports which commands each request cost: the answer cache's lookup (a
+// pipeline of two GETs: the entry and the key's record), the admission
+// script (two keys) and the verdict cache's lookup run before forwarding,
+// in the handler's order; the settlement (one key), cache stores and
+// review entries run after the answer, off the client's path.
+//
+// Everything must show the answer cache's two GETs for every request: its
+// requests can never be stored, and a lookup skipped would flatter it.
 func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 	const n = 50
 	fmt.Fprintf(&b.roundTrips, "\n## Redis commands per request (MONITOR, %d sequential requests of %s)\n\n", n, p.Name)
@@ -423,57 +490,98 @@ func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 	if err != nil {
 		return err
 	}
-	tw := newTable(&b.roundTrips, "config", "before forwarding", "after the answer", "admission scripts", "cache GET", "settle scripts", "other")
-	for _, c := range harness.Configs[1:] {
-		reqs := b.stack.Requests(c, p.Body, want)
-		mctx, cancel := context.WithCancel(ctx)
-		cmds, err := b.stack.Redis.Monitor(mctx)
-		if err != nil {
-			cancel()
-			return err
+	tw := newTable(&b.roundTrips, "config", "before forwarding", "after the answer", "admission scripts", "answer cache GET", "verdict cache GET", "settle scripts", "other")
+	for _, c := range harness.Configs {
+		if !harness.IsGateway(c) || !harness.InFirstProxy(c) {
+			continue
 		}
-		var buf bytes.Buffer
-		for i := range n {
-			if err := b.driver.Do(ctx, reqs[i%len(reqs)], &buf); err != nil {
-				cancel()
+		reqs := b.stack.Requests(c, p.Body, want)
+		counts, err := b.monitor(ctx, reqs, n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c, err)
+		}
+		per := func(k string) float64 { return float64(counts[k]) / n }
+		if c == harness.Everything && per("answer-get") < 2 {
+			if err := b.restExplains(per("answer-get")); err != nil {
 				return fmt.Errorf("%s: %w", c, err)
 			}
 		}
-		// Settlements without a budget are queued and sent in the
-		// background: give them a moment, then end the count at a marker
-		// this program sends.
-		time.Sleep(200 * time.Millisecond)
-		const marker = "bench-count-end"
-		if err := b.stack.Redis.Client.Echo(ctx, marker).Err(); err != nil {
-			cancel()
-			return err
-		}
-		counts := make(map[string]int)
-		for args := range cmds {
-			if len(args) >= 2 && strings.EqualFold(args[0], "echo") && args[1] == marker {
-				break
-			}
-			counts[classify(args)]++
-		}
-		cancel()
-		for range cmds { // let the reader end
-		}
-		per := func(k string) float64 { return float64(counts[k]) / n }
 		var other []string
 		for k, v := range counts {
-			if !slices.Contains([]string{"admit", "cache-get", "settle", "cache-set", "hold"}, k) {
+			if !slices.Contains([]string{"admit", "answer-get", "verdict-get", "settle", "cache-set", "hold"}, k) {
 				other = append(other, fmt.Sprintf("%s %.2f", k, float64(v)/n))
 			}
 		}
 		slices.Sort(other)
 		tw.row(c,
-			fmt.Sprintf("%.2f", per("admit")+per("cache-get")),
+			fmt.Sprintf("%.2f", per("admit")+per("answer-get")+per("verdict-get")),
 			fmt.Sprintf("%.2f", per("settle")+per("cache-set")+per("hold")),
-			fmt.Sprintf("%.2f", per("admit")), fmt.Sprintf("%.2f", per("cache-get")), fmt.Sprintf("%.2f", per("settle")),
+			fmt.Sprintf("%.2f", per("admit")), fmt.Sprintf("%.2f", per("answer-get")), fmt.Sprintf("%.2f", per("verdict-get")), fmt.Sprintf("%.2f", per("settle")),
 			strings.Join(append(other, ""), " "))
 	}
 	tw.flush()
+	for _, note := range b.restNotes {
+		fmt.Fprintf(&b.roundTrips, "\n%s\n", note)
+	}
 	return nil
+}
+
+// restExplains accounts for Everything's requests that sent the answer
+// cache fewer than 2 GETs each (the entry and the key's record): only the
+// cache's documented health rule may skip a lookup, resting Redis after
+// lookups over its timeout (a loaded machine), and it logs that it did. It
+// returns an error when the proxy's log says nothing of a rest, else notes
+// the skipped lookups under the table.
+func (b *bench) restExplains(getsPerRequest float64) error {
+	// The log goes through a buffer flushed every second.
+	time.Sleep(1500 * time.Millisecond)
+	log, err := os.ReadFile(filepath.Join(b.stack.Dir, "proxy.caddy.log"))
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(log, []byte("answer cache: redis failing")) {
+		return fmt.Errorf("the answer cache sent %.2f GETs per request, want 2 (the entry and the key's record): not every request looked it up", getsPerRequest)
+	}
+	b.restNotes = append(b.restNotes, fmt.Sprintf("%s: %.2f answer cache GETs per request, not 2: the cache rested Redis after lookups over its 100 ms timeout (the machine is loaded), and the requests meanwhile skipped the lookup as docs/cache.md says", harness.Everything, getsPerRequest))
+	return nil
+}
+
+// monitor sends n of reqs in turn, one at a time, and counts by classify
+// the commands Redis ran meanwhile.
+func (b *bench) monitor(ctx context.Context, reqs []harness.Request, n int) (map[string]int, error) {
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmds, err := b.stack.Redis.Monitor(mctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		cancel()
+		for range cmds { // let the reader end
+		}
+	}()
+	var buf bytes.Buffer
+	for i := range n {
+		if err := b.driver.Do(ctx, reqs[i%len(reqs)], &buf); err != nil {
+			return nil, err
+		}
+	}
+	// Settlements without a budget and review entries are queued and sent
+	// in the background: give them a moment, then end the count at a
+	// marker this program sends.
+	time.Sleep(200 * time.Millisecond)
+	const marker = "bench-count-end"
+	if err := b.stack.Redis.Client.Echo(ctx, marker).Err(); err != nil {
+		return nil, err
+	}
+	counts := make(map[string]int)
+	for args := range cmds {
+		if len(args) >= 2 && strings.EqualFold(args[0], "echo") && args[1] == marker {
+			break
+		}
+		counts[classify(args)]++
+	}
+	return counts, nil
 }
 
 // classify names a command the gateway sent: its scripts by their keys.
@@ -489,17 +597,19 @@ func classify(args []string) string {
 		return "settle" // the bucket, and with a budget the period charged
 	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":h"):
 		return "hold"
-	case cmd == "get" && len(args) >= 2 && (strings.Contains(args[1], "guardrails:") || strings.Contains(args[1], ":cache:")):
-		return "cache-get"
+	case cmd == "get" && len(args) >= 2 && strings.Contains(args[1], ":cache:"):
+		return "answer-get"
+	case cmd == "get" && len(args) >= 2 && strings.Contains(args[1], "guardrails:"):
+		return "verdict-get"
 	case cmd == "set" && len(args) >= 2 && (strings.Contains(args[1], "guardrails:") || strings.Contains(args[1], ":cache:")):
 		return "cache-set"
 	}
 	return cmd
 }
 
-// profile runs each gateway configuration once more per payload while the
-// proxy's admin endpoint records a CPU profile, then saves an allocation
-// profile of the whole run.
+// profile runs each configuration served by Caddy once more per payload
+// while its process's admin endpoint records a CPU profile, then saves an
+// allocation profile of the first proxy's whole run.
 func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 	if err := os.MkdirAll(b.o.profileDir, 0o755); err != nil {
 		return err
@@ -512,10 +622,14 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 			return err
 		}
 		for _, c := range harness.Configs {
+			admin := b.stack.AdminOf(c)
+			if admin == "" {
+				continue // nginx: no Go profile
+			}
 			path := filepath.Join(b.o.profileDir, fmt.Sprintf("cpu-%s-%s.pprof", p.Name, c))
 			got := make(chan error, 1)
 			go func() {
-				data, err := harness.Get(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.stack.ProxyAdmin, secs))
+				data, err := harness.Get(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, secs))
 				if err == nil {
 					err = os.WriteFile(path, data, 0o644)
 				}
@@ -585,4 +699,21 @@ func selectConfigs(list string) error {
 	}
 	harness.Configs = slices.DeleteFunc(slices.Clone(harness.Configs), func(c string) bool { return !want[c] })
 	return nil
+}
+
+// skipNginxIfAbsent leaves nginx's configurations out of harness.Configs
+// when nginx is not installed, and returns those it left out.
+func skipNginxIfAbsent() []string {
+	if harness.NginxPath() != "" {
+		return nil
+	}
+	var skipped []string
+	harness.Configs = slices.DeleteFunc(harness.Configs, func(c string) bool {
+		if harness.IsNginx(c) {
+			skipped = append(skipped, c)
+			return true
+		}
+		return false
+	})
+	return skipped
 }

@@ -12,28 +12,34 @@ import (
 	"github.com/systemone/systemone-gateway/bench/payload"
 )
 
-// throughputTarget is one of issue 14's throughput targets: config's
-// requests per second over P's in the same round, at fixed concurrency,
-// in front of the cheap upstream.
-type throughputTarget struct {
-	config string
-	size   string
-	min    float64
-}
+// The targets' bounds (BENCHMARKS.md, "Against the targets"): small
+// payload, fixed concurrency, in front of the cheap upstream stub, ratios
+// and differences to P measured in the same round.
+const (
+	// Lm's proxy CPU per request over P's, at most; and its req/s over P's,
+	// at least.
+	localProxyOverPlain  = 10 * time.Microsecond
+	localThroughputRatio = 0.95
+	// L's added CPU per request in every process it adds work to (see
+	// addedProcs) over P's, at most; its req/s over P's, at least; and
+	// Redis's CPU per admitted request over P's, at most.
+	limitsAddedCPU        = 60 * time.Microsecond
+	limitsThroughputRatio = 0.90
+	limitsRedisCPU        = 15 * time.Microsecond
+	// Lb's proxy CPU per request over L's, at most.
+	budgetProxyOverLimits = 10 * time.Microsecond
+	// G's req/s over P's, at least; GC's must be at least G's.
+	guardrailsThroughputRatio = 0.75
+	// What L's p50 may add to P's at the fixed rate beyond one Redis round
+	// trip.
+	p50Allowance = 100 * time.Microsecond
+)
 
-var throughputTargets = []throughputTarget{
-	{harness.Limits, payload.Small, 0.80},
-	{harness.Limits, payload.Medium, 0.85},
-	// The same targets for Redis limits with the opt-in local allowance.
-	{harness.LimitsAllowance, payload.Small, 0.80},
-	{harness.LimitsAllowance, payload.Medium, 0.85},
-	{harness.LimitsLocal, payload.Small, 0.88},
-	{harness.Guardrails, payload.Small, 0.65},
-}
-
-// p50Allowance is what L's (and La's) p50 may add to P's on the small payload at the
-// fixed rate beyond one Redis round trip.
-const p50Allowance = 150 * time.Microsecond
+// addedProcs are the processes whose CPU time the gateway adds to:
+// the proxy, Redis, the client (which reads the added headers) and the
+// guardrails service. The upstream's is left out: it does the same work
+// for every configuration but C, which skips it.
+var addedProcs = []string{"proxy", "redis", "client", "guardrails"}
 
 // report prints the tables, the targets and the cost growth.
 func (b *bench) report() {
@@ -63,7 +69,7 @@ func (b *bench) report() {
 
 func (b *bench) table(ur *upstreamRun, mode string) {
 	tw := newTable(b.out, "payload", "config", "req/s", "p50 ms", "p99 ms", "req/s ÷ P", "p50 − P ms", "p99 − P ms",
-		"proxy CPU µs/req", "proxy − P µs", "upstream µs/req", "guardrails µs/req", "redis µs/req", "client µs/req",
+		"proxy CPU µs/req", "proxy − P µs", "added − P µs", "upstream µs/req", "guardrails µs/req", "redis µs/req", "client µs/req",
 		"scripts/req", "redis RT/req", "others %")
 	for _, pr := range ur.results {
 		runs := pr.runs[mode]
@@ -77,58 +83,118 @@ func (b *bench) table(ur *upstreamRun, mode string) {
 					name += fmt.Sprintf(" @%.0f/s", pr.rate)
 				}
 			}
-			ratio, d50, d99, dcpu := "", "", "", ""
+			ratio, d50, d99, dcpu, dall := "", "", "", "", ""
 			if c != harness.Plain {
 				ratio = fmt.Sprintf("%.2f", ratioToPlain(runs, c))
 				d50 = fmt.Sprintf("%+.2f", ms2(deltaToPlain(runs, c, 0.50)))
 				d99 = fmt.Sprintf("%+.2f", ms2(deltaToPlain(runs, c, 0.99)))
 				dcpu = fmt.Sprintf("%+.0f", cpuOf(ms, "proxy")-plainCPU)
+				dall = fmt.Sprintf("%+.0f", µs(cpuOver(runs, c, harness.Plain, addedProcs...)))
 			}
 			tw.row(name, c,
 				fmt.Sprintf("%.0f", median(throughputs(ms))),
 				fmt.Sprintf("%.2f", ms2(medianDur(ms, func(m measure) time.Duration { return m.res.Percentile(0.50) }))),
 				fmt.Sprintf("%.2f", ms2(medianDur(ms, func(m measure) time.Duration { return m.res.Percentile(0.99) }))),
 				ratio, d50, d99,
-				cpuCell(ms, "proxy"), dcpu, cpuCell(ms, "upstream"), cpuCell(ms, "guardrails"), cpuCell(ms, "redis"), cpuCell(ms, "client"),
+				cpuCell(ms, "proxy"), dcpu, dall, cpuCell(ms, "upstream"), cpuCell(ms, "guardrails"), cpuCell(ms, "redis"), cpuCell(ms, "client"),
 				redisCell(ms), readsCell(ms), othersCell(ms))
 		}
 	}
 	tw.flush()
 }
 
-// targets prints each of issue 14's targets with the measured value.
+// targets judges each target on every small payload measured, and prints
+// it met or missed with the figures it was judged on. A target whose
+// configurations were not measured (-configs) is left out.
 func (b *bench) targets(ur *upstreamRun) {
 	fmt.Fprintf(b.out, "\n## Targets\n\n")
-	tw := newTable(b.out, "target", "measured", "")
-	for _, t := range throughputTargets {
-		if !slices.Contains(harness.Configs, t.config) {
-			continue // not measured (-configs)
-		}
-		for _, pr := range ur.results {
-			if pr.p.Size != t.size {
-				continue
+	tw := newTable(b.out, "target", "payload", "measured", "")
+	row := func(pr payloadResult, needs []string, target, measured string, ok bool) {
+		for _, c := range needs {
+			if !slices.Contains(harness.Configs, c) {
+				return
 			}
-			r := ratioToPlain(pr.runs[closedLoop], t.config)
-			tw.row(fmt.Sprintf("%s req/s >= %.2f x P, %s", t.config, t.min, pr.p.Name), fmt.Sprintf("%.2f", r), verdict(r >= t.min))
 		}
+		tw.row(target, pr.p.Name, measured, verdict(ok))
 	}
 	rtt := medianOf(ur.rtt)
 	for _, pr := range ur.results {
 		if pr.p.Size != payload.Small {
 			continue
 		}
-		for _, c := range []string{harness.Limits, harness.LimitsAllowance} {
-			if !slices.Contains(harness.Configs, c) {
-				continue
-			}
-			d := deltaToPlain(pr.runs[openLoop], c, 0.5)
-			tw.row(fmt.Sprintf("%s p50 − P p50 <= Redis RTT (%.3f ms) + 0.15 ms at fixed rate, %s", c, ms2(rtt), pr.p.Name),
-				fmt.Sprintf("%.3f ms", ms2(d)), verdict(d <= rtt+p50Allowance))
+		runs := pr.runs[closedLoop]
+		plain := medianDur(runs[harness.Plain], func(m measure) time.Duration { return m.cpu["proxy"] })
+		lm := []string{harness.LimitsLocal}
+		d := cpuOver(runs, harness.LimitsLocal, harness.Plain, "proxy")
+		row(pr, lm, fmt.Sprintf("Lm proxy CPU <= P + %.0f µs", µs(localProxyOverPlain)),
+			fmt.Sprintf("P %.0f µs, Lm %+.1f µs", µs(plain), µs(d)), d <= localProxyOverPlain)
+		r := ratioToPlain(runs, harness.LimitsLocal)
+		row(pr, lm, fmt.Sprintf("Lm req/s >= %.2f x P", localThroughputRatio), fmt.Sprintf("%.2f", r), r >= localThroughputRatio)
+
+		l := []string{harness.Limits}
+		var parts []string
+		for _, proc := range addedProcs {
+			parts = append(parts, fmt.Sprintf("%s %+.1f", proc, µs(cpuOver(runs, harness.Limits, harness.Plain, proc))))
 		}
+		d = cpuOver(runs, harness.Limits, harness.Plain, addedProcs...)
+		row(pr, l, fmt.Sprintf("L added CPU (%s) <= P + %.0f µs", strings.Join(addedProcs, " + "), µs(limitsAddedCPU)),
+			fmt.Sprintf("%+.1f µs (%s)", µs(d), strings.Join(parts, ", ")), d <= limitsAddedCPU)
+		r = ratioToPlain(runs, harness.Limits)
+		row(pr, l, fmt.Sprintf("L req/s >= %.2f x P", limitsThroughputRatio), fmt.Sprintf("%.2f", r), r >= limitsThroughputRatio)
+		// Every request is admitted (the limits are far above the load and
+		// every answer is checked to be a 200); P's Redis CPU is Redis idle.
+		d = cpuOver(runs, harness.Limits, harness.Plain, "redis")
+		row(pr, l, fmt.Sprintf("L Redis CPU per admitted request <= %.0f µs (over P's)", µs(limitsRedisCPU)),
+			fmt.Sprintf("%+.1f µs (%.2f scripts/req)", µs(d), median(scripts(runs[harness.Limits]))), d <= limitsRedisCPU)
+
+		d = cpuOver(runs, harness.LimitsBudget, harness.Limits, "proxy")
+		row(pr, []string{harness.Limits, harness.LimitsBudget}, fmt.Sprintf("Lb proxy CPU <= L + %.0f µs", µs(budgetProxyOverLimits)),
+			fmt.Sprintf("%+.1f µs", µs(d)), d <= budgetProxyOverLimits)
+
+		r = ratioToPlain(runs, harness.Guardrails)
+		row(pr, []string{harness.Guardrails}, fmt.Sprintf("G req/s >= %.2f x P", guardrailsThroughputRatio), fmt.Sprintf("%.2f", r), r >= guardrailsThroughputRatio)
+		r = ratioTo(runs, harness.GuardrailsCached, harness.Guardrails)
+		row(pr, []string{harness.Guardrails, harness.GuardrailsCached}, "GC req/s >= G req/s",
+			fmt.Sprintf("GC %.2f x P, G %.2f x P; GC ÷ G %.2f", ratioToPlain(runs, harness.GuardrailsCached), ratioToPlain(runs, harness.Guardrails), r), r >= 1)
+
+		d = deltaToPlain(pr.runs[openLoop], harness.Limits, 0.5)
+		row(pr, l, fmt.Sprintf("L p50 − P p50 at %.0f/s (%.0f%% of P's req/s) <= Redis RTT + %.1f ms", pr.rate, 100*b.o.rateShare, ms2(p50Allowance)),
+			fmt.Sprintf("%.3f ms (RTT %.3f ms)", ms2(d), ms2(rtt)), d <= rtt+p50Allowance)
 	}
 	tw.flush()
 	fmt.Fprintf(b.out, "\nRedis RTT: median PING from this program every 5ms during L's fixed-rate runs (%d samples); p90 %.3f ms\n",
 		len(ur.rtt), ms2(quantileOf(ur.rtt, 0.9)))
+	b.references(ur)
+}
+
+// references prints, beside the targets, the rows reported without one:
+// everything on (E), the unbuffered log writer (Lu, Lmu) and nginx (N,
+// Nl), each with L or Lm for comparison.
+func (b *bench) references(ur *upstreamRun) {
+	var rows []string
+	for _, c := range []string{harness.Limits, harness.LimitsLocal, harness.Everything, harness.LimitsUnbuffered, harness.LimitsLocalUnbuffered, harness.Nginx, harness.NginxLimits} {
+		if slices.Contains(harness.Configs, c) {
+			rows = append(rows, c)
+		}
+	}
+	if !slices.ContainsFunc(rows, func(c string) bool { return c != harness.Limits && c != harness.LimitsLocal }) {
+		return
+	}
+	fmt.Fprintf(b.out, "\n## Everything on, both log writers, nginx (fixed concurrency, ratios and differences to P in the same round)\n\n")
+	tw := newTable(b.out, "payload", "config", "req/s ÷ P", "proxy − P µs", "added − P µs", "p50 − P ms at the fixed rate")
+	for _, pr := range ur.results {
+		if pr.p.Size != payload.Small {
+			continue
+		}
+		runs := pr.runs[closedLoop]
+		for _, c := range rows {
+			tw.row(pr.p.Name, c, fmt.Sprintf("%.2f", ratioToPlain(runs, c)),
+				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Plain, "proxy"))),
+				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Plain, addedProcs...))),
+				fmt.Sprintf("%+.3f", ms2(deltaToPlain(pr.runs[openLoop], c, 0.5))))
+		}
+	}
+	tw.flush()
 }
 
 // growth prints how the gateway's own cost (its CPU time per request over
@@ -191,14 +257,50 @@ func verdict(ok bool) string {
 // ratioToPlain is the median over rounds of c's throughput over P's in the
 // same round: drift between rounds hits both alike.
 func ratioToPlain(runs map[string][]measure, c string) float64 {
+	return ratioTo(runs, c, harness.Plain)
+}
+
+// ratioTo is the median over rounds of c's throughput over base's in the
+// same round.
+func ratioTo(runs map[string][]measure, c, base string) float64 {
 	var r []float64
 	for i, m := range runs[c] {
-		if i < len(runs[harness.Plain]) {
-			r = append(r, m.res.Throughput()/runs[harness.Plain][i].res.Throughput())
+		if i < len(runs[base]) {
+			r = append(r, m.res.Throughput()/runs[base][i].res.Throughput())
 		}
 	}
 	return median(r)
 }
+
+// cpuOver is the median over rounds of c's CPU time per request in procs
+// together, less base's in the same round.
+func cpuOver(runs map[string][]measure, c, base string, procs ...string) time.Duration {
+	sum := func(m measure) time.Duration {
+		var t time.Duration
+		for _, p := range procs {
+			t += m.cpu[p]
+		}
+		return t
+	}
+	var d []time.Duration
+	for i, m := range runs[c] {
+		if i < len(runs[base]) {
+			d = append(d, sum(m)-sum(runs[base][i]))
+		}
+	}
+	return medianOf(d)
+}
+
+// scripts is the scripts Redis ran per request in each run.
+func scripts(ms []measure) []float64 {
+	var v []float64
+	for _, m := range ms {
+		v = append(v, m.redis["evalsha"]+m.redis["eval"])
+	}
+	return v
+}
+
+func µs(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // deltaToPlain is the median over rounds of c's latency at quantile q
 // minus P's in the same round.
@@ -231,11 +333,7 @@ func cpuCell(ms []measure, proc string) string { return fmt.Sprintf("%.0f", cpuO
 // script calls are the round trips it can tell apart; the MONITOR count
 // below tells every command.
 func redisCell(ms []measure) string {
-	var v []float64
-	for _, m := range ms {
-		v = append(v, m.redis["evalsha"]+m.redis["eval"])
-	}
-	return fmt.Sprintf("%.2f", median(v))
+	return fmt.Sprintf("%.2f", median(scripts(ms)))
 }
 
 // readsCell is the median number of reads Redis did from its clients per

@@ -52,6 +52,18 @@ func TestHeaderCheck(t *testing.T) {
 	withGuardrails := gateway.Clone()
 	withGuardrails.Set("X-Guardrails-Action", "pass")
 	withGuardrails.Set("X-Guardrails-Risk", "none")
+	withBudget := gateway.Clone()
+	withBudget.Set("X-Budget-Limit", "1000000.00")
+	withBudget.Set("X-Budget-Remaining", "999999.99")
+	everything := withBudget.Clone()
+	everything.Set("X-Guardrails-Action", "pass")
+	everything.Set("X-Guardrails-Risk", "none")
+	everythingMissed := everything.Clone()
+	everythingMissed.Set("X-Cache", "miss")
+	everythingHit := everything.Clone()
+	everythingHit.Set("X-Cache", "hit")
+	budgetUnknown := everythingMissed.Clone()
+	budgetUnknown.Del("X-Budget-Remaining")
 	for _, tc := range []struct {
 		config string
 		h      http.Header
@@ -68,6 +80,18 @@ func TestHeaderCheck(t *testing.T) {
 		{Cached, hit, true},
 		{Cached, miss, true}, // counted
 		{Limits, hit, false},
+		{LimitsBudget, withBudget, true},
+		{LimitsBudget, gateway, false}, // the budget not checked
+		{Limits, withBudget, false},
+		{Everything, everythingMissed, true},
+		{Everything, everythingHit, false}, // the alias's answers are never stored
+		{Everything, everything, false},    // the cache not asked
+		{Everything, budgetUnknown, false},
+		{Everything, withGuardrails, false},
+		{LimitsUnbuffered, gateway, true},
+		{LimitsLocalUnbuffered, http.Header{}, false},
+		{Nginx, http.Header{}, true},
+		{NginxLimits, gateway, false},
 	} {
 		if err := HeaderCheck(tc.config)(tc.h); (err == nil) != tc.ok {
 			t.Errorf("%s with %v: error %v, want ok %v", tc.config, tc.h, err, tc.ok)

@@ -34,14 +34,20 @@ func (s *Stack) Reference(ctx context.Context, d *Driver, body []byte) ([]byte, 
 
 // Requests returns the requests of config for body, one per key, each
 // expecting want and the configuration's headers. Cached's name the
-// concrete version the payloads' alias answers with (see ConcreteVersion).
+// concrete version the payloads' alias answers with (see ConcreteVersion);
+// Everything's keep the alias, whose answers are never stored, and go out
+// over 256 keys (see missKeys).
 func (s *Stack) Requests(config string, body, want []byte) []Request {
-	reqs := make([]Request, len(Keys))
+	keys := Keys
+	if config == Everything {
+		keys = missKeys
+	}
+	reqs := make([]Request, len(keys))
 	check := HeaderCheck(config)
 	if config == Cached {
 		body = ConcreteVersion(body)
 	}
-	for i, key := range Keys {
+	for i, key := range keys {
 		reqs[i] = Request{URL: s.URLs[config] + "/v1/systemone", Key: key, Body: body, Want: want, Check: check}
 	}
 	return reqs
@@ -64,6 +70,10 @@ func ConcreteVersion(body []byte) []byte {
 // CachedAnswers counts the answers to Cached's checked requests by X-Cache.
 var CachedAnswers struct{ Hits, Misses atomic.Int64 }
 
+// MissedAnswers counts Everything's checked answers, every one a miss (a
+// hit is an error).
+var MissedAnswers atomic.Int64
+
 // Prime sends each request once, unchecked but for its answer, so that
 // Cached's answers are stored before a measured (and header-checked) run
 // sees only hits.
@@ -79,18 +89,25 @@ func (s *Stack) Prime(ctx context.Context, d *Driver, reqs []Request) error {
 }
 
 // HeaderCheck makes sure an answer went through the configuration's
-// policies: the gateway's X-RateLimit-* and X-Route* headers, and its
-// X-Guardrails-* with guardrails on. P's answers must carry none.
+// policies: the gateway's X-RateLimit-* and X-Route* headers, X-Budget-*
+// with a budget, X-Guardrails-* with guardrails on, and X-Cache with the
+// answer cache (Cached's hits, Everything's misses). P's and nginx's
+// answers must carry none of them.
 func HeaderCheck(config string) func(http.Header) error {
 	type field struct{ name, want string }
 	want := []field{{"X-Route-Model", ""}, {"X-Ratelimit-Limit-Requests", ""}, {"X-Guardrails-Action", ""}, {"X-Guardrails-Risk", ""}}
-	if config != Plain {
+	gateway := IsGateway(config)
+	if gateway {
 		want[0].want, want[1].want = "service-1.0.0", "10000000"
 	}
-	if config == Guardrails || config == GuardrailsCached {
+	if config == Guardrails || config == GuardrailsCached || config == Everything {
 		want[2].want, want[3].want = "pass", "none"
 	}
-	if config != Cached {
+	budget := config == LimitsBudget || config == Everything
+	if !budget {
+		want = append(want, field{"X-Budget-Limit", ""})
+	}
+	if config != Cached && config != Everything {
 		want = append(want, field{"X-Cache", ""})
 	}
 	return func(h http.Header) error {
@@ -99,10 +116,15 @@ func HeaderCheck(config string) func(http.Header) error {
 				return fmt.Errorf("header %s is %q, want %q", f.name, got, f.want)
 			}
 		}
-		if r := h.Get("X-Route"); config != Plain && r != "auto" && r != "human" {
+		if r := h.Get("X-Route"); gateway && r != "auto" && r != "human" {
 			return fmt.Errorf("header X-Route is %q", r)
 		}
-		if config == Cached {
+		if budget && (h.Get("X-Budget-Limit") == "" || h.Get("X-Budget-Remaining") == "") {
+			return fmt.Errorf("headers X-Budget-Limit %q and X-Budget-Remaining %q: the budget was not checked",
+				h.Get("X-Budget-Limit"), h.Get("X-Budget-Remaining"))
+		}
+		switch config {
+		case Cached:
 			// A miss is the cache's answer to a Redis lookup over its
 			// timeout (a loaded machine): counted, not an error.
 			switch h.Get("X-Cache") {
@@ -113,6 +135,13 @@ func HeaderCheck(config string) func(http.Header) error {
 			default:
 				return fmt.Errorf("header X-Cache is %q", h.Get("X-Cache"))
 			}
+		case Everything:
+			// The alias's answers are never stored: a hit would be a
+			// broken cache.
+			if got := h.Get("X-Cache"); got != "miss" {
+				return fmt.Errorf("header X-Cache is %q, want \"miss\"", got)
+			}
+			MissedAnswers.Add(1)
 		}
 		return nil
 	}
