@@ -13,11 +13,11 @@ import (
 
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
-	_ "github.com/systemone/systemone-gateway/handlers/review"        // registers systemone_review
-	_ "github.com/systemone/systemone-gateway/internal/bufferedlog"   // registers the buffered log writer
-	_ "github.com/systemone/systemone-gateway/policy/route/calibrate" // registers the calibrate subcommand
-	_ "github.com/systemone/systemone-gateway/policy/route/replay"    // registers the replay subcommand
-	_ "github.com/systemone/systemone-gateway/simulator"              // registers systemone_simulator
+	_ "github.com/systemone/systemone-gateway/handlers/review"           // registers systemone_review
+	_ "github.com/systemone/systemone-gateway/internal/bufferedlog"      // registers the buffered log writer
+	_ "github.com/systemone/systemone-gateway/internal/review/calibrate" // registers the calibrate subcommand
+	_ "github.com/systemone/systemone-gateway/internal/review/replay"    // registers the replay subcommand
+	_ "github.com/systemone/systemone-gateway/simulator"                 // registers systemone_simulator
 )
 
 // DefaultCaddyfile is the repository's root Caddyfile: the gateway on :8080

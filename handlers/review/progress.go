@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/systemone/systemone-gateway/policy/route/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 )
 
 // serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>&method=<anytime|uniform|weighted>
