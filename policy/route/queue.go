@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // Meta is what a review entry holds beyond the decision.
@@ -117,7 +117,7 @@ func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWri
 // probability, the choice key or the score; confidence and answer are null
 // when unread), ts (RFC 3339, UTC). With include_content the bodies go to a
 // content entry of their
-// own (see ContentStream), written first, whose id the entry's `content`
+// own (see record.ContentStream), written first, whose id the entry's `content`
 // field names; a body that does not fit in max_content is not stored and
 // `content_too_large` names it ("request", "response" or both, comma
 // separated).
@@ -152,11 +152,11 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	q.mu.Unlock()
 
 	// Built now: the caller may reuse its buffers.
-	values, content := r.values(d, meta, audit, p)
-	args := &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: values}
+	e, content := r.entry(d, meta, audit, p)
+	args := &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: e.Values()}
 	var contentArgs *redis.XAddArgs
 	if len(content) > 0 {
-		contentArgs = &redis.XAddArgs{Stream: ContentStream(q.stream), MaxLen: q.maxLen, Approx: true, Values: content}
+		contentArgs = &redis.XAddArgs{Stream: record.ContentStream(q.stream), MaxLen: q.maxLen, Approx: true, Values: content}
 	}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
@@ -250,102 +250,63 @@ func (a *activeDraw) probability(d Decision) float64 {
 	return a.floor
 }
 
-// formatProbability writes a probability as a plain decimal string
-// ("0.05", never "5e-02"), the shortest that reads back as the same float.
-func formatProbability(p float64) string {
-	return strconv.FormatFloat(p, 'f', -1, 64)
-}
-
-// entryQuestion is one element of an entry's `questions` field.
-type entryQuestion struct {
-	ID         string   `json:"id"`
-	Type       string   `json:"type"`
-	Route      string   `json:"route"`
-	Confidence *float64 `json:"confidence"`
-	// Answer is a float64 (noul, score) or a string (choice); nil is null.
-	Answer any `json:"answer"`
-}
-
-// ContentStream is the key of the stream that holds the content of the
-// entries of stream, with include_content: "<stream>:content". Each content
-// entry has the fields `request` and `response` (each only when stored);
-// the review entry names its content entry's id in its field `content`.
-// Keeping the bodies apart lets the review API list and filter entries
-// without reading them, and keeps large replies off the Redis that every
-// admission waits on. It is trimmed like stream (MAXLEN ~ maxlen), so the
-// content of at least the newest maxlen entries is kept.
-func ContentStream(stream string) string { return stream + ":content" }
-
-// values returns the entry's fields, in a fixed order, and with
-// include_content the fields of its content entry (nil when no body fits
-// in maxContent, or without include_content). p is the probability the
-// audit drew with, written on every entry, drawn or not, when an audit is
-// configured.
-func (r *Router) values(d Decision, meta Meta, audit bool, p float64) (entry, content []string) {
+// entry builds the review entry of d, and with include_content the
+// content entry of its bodies (nil when no body fits in maxContent, or
+// without include_content). p is the probability the audit drew with,
+// written on every entry, drawn or not, when an audit is configured.
+func (r *Router) entry(d Decision, meta Meta, audit bool, p float64) (record.Entry, []string) {
 	q := r.queue
-	qs := make([]entryQuestion, len(d.Questions))
+	e := record.Entry{
+		RequestID: meta.RequestID, Org: meta.Org, Model: d.Model, Route: d.Route, Reason: d.Reason,
+		Audit: audit, TS: q.now().UTC().Format(time.RFC3339Nano),
+		Questions: make([]record.Question, len(d.Questions)),
+	}
 	for i, dq := range d.Questions {
-		qs[i] = entryQuestion{ID: dq.ID, Type: dq.Type, Route: dq.Route}
+		e.Questions[i] = record.Question{ID: dq.ID, Type: dq.Type, Route: dq.Route}
 		if dq.HasConfidence {
-			qs[i].Confidence = &d.Questions[i].Confidence
+			c := dq.Confidence
+			e.Questions[i].Confidence = &c
 		}
 		if dq.HasAnswer {
+			var answer any = dq.Answer
 			if dq.Type == evaluation.TypeChoice {
-				qs[i].Answer = dq.Choice
-			} else {
-				qs[i].Answer = dq.Answer
+				answer = dq.Choice
+			}
+			if raw, err := json.Marshal(answer); err == nil { // strings and finite floats always marshal
+				e.Questions[i].Answer = raw
 			}
 		}
 	}
-	auditField := "0"
-	if audit {
-		auditField = "1"
-	}
-	questions, err := json.Marshal(qs)
-	if err != nil { // strings and finite floats always marshal
-		questions = []byte("[]")
-	}
-	v := []string{
-		"request_id", meta.RequestID,
-		"org", meta.Org,
-		"model", d.Model,
-		"route", d.Route,
-		"reason", d.Reason,
-		"audit", auditField,
-		"questions", string(questions),
-		"ts", q.now().UTC().Format(time.RFC3339Nano),
-	}
 	if r.audit > 0 || r.active != nil {
-		v = append(v, "audit_p", formatProbability(p))
+		e.AuditP = record.Probability(p)
 	}
 	if a := r.active; a != nil {
 		// What `calibrate --method weighted` needs beyond p: the least
 		// probability any answer could be drawn with, and the confidence
 		// from which every answer is drawn with the share.
-		v = append(v, "audit_floor", formatProbability(a.floor), "audit_from", formatProbability(a.from))
+		e.AuditFloor, e.AuditFrom = record.Probability(a.floor), record.Probability(a.from)
 	}
 	if !q.includeContent {
-		return v, nil
+		return e, nil
 	}
 	// The request first: it is what a reviewer reads and replay re-sends;
 	// the response's answers are in `questions` already.
-	var tooLarge []string
+	var content record.Content
 	room := q.maxContent
 	for _, body := range []struct {
 		name string
 		b    []byte
-	}{{"request", meta.Request}, {"response", meta.Response}} {
+		into **string
+	}{{"request", meta.Request, &content.Request}, {"response", meta.Response, &content.Response}} {
 		if int64(len(body.b)) > room {
-			tooLarge = append(tooLarge, body.name)
+			e.ContentTooLarge = append(e.ContentTooLarge, body.name)
 			continue
 		}
 		room -= int64(len(body.b))
-		content = append(content, body.name, string(body.b))
+		text := string(body.b) // a copy: the caller may reuse its buffers
+		*body.into = &text
 	}
-	if len(tooLarge) > 0 {
-		v = append(v, "content_too_large", strings.Join(tooLarge, ","))
-	}
-	return v, content
+	return e, content.Values()
 }
 
 // entryRef names an entry in logs, without its content.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // queueRouter returns a Router with a queue on a fresh redis-server, its
@@ -155,7 +156,7 @@ func TestEnqueueIncludeContent(t *testing.T) {
 	if _, inline := v["request"]; inline || v["content"] == nil || v["content_too_large"] != nil {
 		t.Fatalf("entry %v: want the bodies apart, named by content", v)
 	}
-	content := readStream(t, client, ContentStream("review"))
+	content := readStream(t, client, record.ContentStream("review"))
 	if len(content) != 1 || content[0].ID != v["content"] {
 		t.Fatalf("content stream %v, want one entry %v", content, v["content"])
 	}
@@ -192,7 +193,7 @@ func TestEnqueueMaxContent(t *testing.T) {
 	r.Close()
 	entries := readStream(t, client, "review")
 	content := map[string]map[string]any{}
-	for _, m := range readStream(t, client, ContentStream("review")) {
+	for _, m := range readStream(t, client, record.ContentStream("review")) {
 		content[m.ID] = m.Values
 	}
 	if len(entries) != 4 {
@@ -230,7 +231,7 @@ func TestEnqueueMaxContent(t *testing.T) {
 	if e := readStream(t, client, "alone"); len(e) != 1 || e[0].Values["content"] != nil || e[0].Values["content_too_large"] != "request,response" {
 		t.Errorf("entry with nothing stored: %v", e)
 	}
-	if n, _ := client.XLen(context.Background(), ContentStream("alone")).Result(); n != 0 {
+	if n, _ := client.XLen(context.Background(), record.ContentStream("alone")).Result(); n != 0 {
 		t.Errorf("%d content entries for an entry that stores none", n)
 	}
 }

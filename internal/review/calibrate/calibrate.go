@@ -392,7 +392,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		}
 	}
 	// Audited records by group, then entry order; the others last.
-	groupOfRecord := func(r *record) int {
+	groupOfRecord := func(r *compactLine) int {
 		if !r.is(audited) {
 			return len(keys)
 		}
@@ -402,7 +402,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		}
 		return g
 	}
-	slices.SortFunc(s.records, func(a, b record) int {
+	slices.SortFunc(s.records, func(a, b compactLine) int {
 		return cmp.Or(cmp.Compare(groupOfRecord(&a), groupOfRecord(&b)),
 			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq), cmp.Compare(a.index, b.index))
 	})

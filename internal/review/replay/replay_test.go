@@ -19,7 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/systemone/systemone-gateway/policy/route"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -71,7 +71,7 @@ func TestAgree(t *testing.T) {
 		{"choice", `"a"`, `"a"`, true}, {"choice", `"a"`, `"b"`, false}, {"choice", `"a"`, "null", false},
 		{"score", "2", "2.5", true}, {"score", "2", "1.5", true}, {"score", "2", "2.51", false}, {"score", "0", "null", false},
 	} {
-		if got := route.Agree(tt.typ, json.RawMessage(tt.label), json.RawMessage(tt.answer)); got != tt.want {
+		if got := record.Agree(tt.typ, json.RawMessage(tt.label), json.RawMessage(tt.answer)); got != tt.want {
 			t.Errorf("Agree(%s, %s, %s) = %v", tt.typ, tt.label, tt.answer, got)
 		}
 	}
