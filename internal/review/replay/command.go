@@ -15,8 +15,10 @@ import (
 // no flag takes it, so that it never shows in a process list or a history.
 const APIKeyEnv = "SYSTEMONE_API_KEY"
 
-func init() {
-	caddycmd.RegisterCommand(caddycmd.Command{
+// Command returns the `replay` subcommand, for the binary to register
+// (caddycmd.RegisterCommand) beside its modules.
+func Command() caddycmd.Command {
+	return caddycmd.Command{
 		Name:  "replay",
 		Usage: "--review <url> --upstream <base_url> --model <version> [--concurrency <n>] [--price <yuan>] [--out <file>]",
 		Short: "Re-asks the labelled requests to a new model version, for calibrate",
@@ -53,7 +55,7 @@ status is 1 when any entry failed.
 Defaults: --concurrency 4, --price 0.042.
 `,
 		CobraFunc: setUp,
-	})
+	}
 }
 
 // commandSleep is the command's wait before a retry; tests replace it.
