@@ -29,18 +29,19 @@ const (
 	exportBatch = 100
 )
 
-// Scanning for unlabelled items; variables so that tests can shrink them.
-var (
-	// maxScan bounds the entries one filtered page (`unlabeled=1`,
+// Scanning for unlabelled items: the defaults of Handler's maxScan and
+// listStep.
+const (
+	// defaultMaxScan bounds the entries one filtered page (`unlabeled=1`,
 	// `audit=1`) reads looking for matches, so that a long stretch of the
 	// stream without one costs a request a bounded amount of Redis work. A
 	// page that stops there holds fewer than `limit` items (maybe none) and
 	// a non-empty `next`.
-	maxScan = 10000
-	// listStep is how many entries a page reads per round trip (XRANGE
+	defaultMaxScan = 10000
+	// defaultListStep is how many entries a page reads per round trip (XRANGE
 	// COUNT). Entries hold no bodies (see content.go), but an entry
 	// written before that layout does: not too many at once.
-	listStep int64 = 100
+	defaultListStep int64 = 100
 )
 
 // Bounds of PUT /items/<id>/labels.
@@ -55,9 +56,6 @@ const (
 	// does not hold the request's tiers.
 	maxScoreTier = 9
 )
-
-// now is the clock of label timestamps; tests replace it.
-var now = time.Now
 
 // listPage is the answer of GET /items.
 type listPage struct {
@@ -90,6 +88,7 @@ func (h *Handler) listItems(w http.ResponseWriter, r *http.Request) {
 	page := listPage{Items: []Item{}}
 	var chosen []record.Entry
 	var chosenLabels []map[string]string
+	maxScan, listStep := h.scanBounds()
 	step := min(int64(limit+1), listStep) // one more than a page tells whether a next page exists
 	if unlabeled || audited {
 		step = listStep
@@ -230,7 +229,7 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		writeDetail(w, http.StatusNotFound, "not_found")
 		return
 	}
-	lines, errs := labelLines(&e, body, requestKinds(e.Request), now().UTC().Format(time.RFC3339Nano))
+	lines, errs := labelLines(&e, body, requestKinds(e.Request), h.clock()().UTC().Format(time.RFC3339Nano))
 	if errs.any() {
 		errs.write(w)
 		return

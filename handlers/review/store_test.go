@@ -340,9 +340,7 @@ func TestListScanBudget(t *testing.T) {
 			}
 		}
 	}
-	defer func(scan int, batch int64) { maxScan, listStep = scan, batch }(maxScan, listStep)
-	maxScan, listStep = 4, 2
-	h := &Handler{store: s, logger: zap.NewNop()}
+	h := &Handler{store: s, logger: zap.NewNop(), maxScan: 4, listStep: 2}
 	list := func(query string) listPage {
 		t.Helper()
 		w := httptest.NewRecorder()

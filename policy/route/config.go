@@ -61,7 +61,7 @@ type Config struct {
 	// guarantee_alarm until the group is reset. human needs Queue and the
 	// handler's redis: the gateway reads the alarm set the review handler
 	// keeps for the queue's stream under the same key_prefix, every
-	// AlarmRefresh (2s), never on the request path.
+	// DefaultAlarmRefresh (2s), never on the request path.
 	OnAlarm string `json:"on_alarm,omitempty"`
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
@@ -132,7 +133,12 @@ type Store interface {
 // under which the review handler keeps the alarm set of the queue's stream
 // (guarantee.AlarmKey). A nil logger discards the queue's and the watch's
 // logs. The audit draw is seeded at random. Close stops what New starts.
-func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, error) {
+// opts change the defaults of what New starts (see Option).
+func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Option) (*Router, error) {
+	o := options{alarmRefresh: DefaultAlarmRefresh}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg = cfg.replaced(caddy.NewReplacer())
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -161,9 +167,27 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, 
 		if client == nil {
 			return nil, errors.New("on_alarm human needs the systemone block's redis (where the review handler keeps its alarms)")
 		}
-		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), logger)
+		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), o.alarmRefresh, logger)
 	}
 	return r, nil
+}
+
+// Option sets what New starts beyond its Config: periods and sizes of the
+// Router's background work, and where it reports.
+type Option func(*options)
+
+type options struct {
+	alarmRefresh time.Duration
+}
+
+// WithAlarmRefresh sets how often the alarm watch of `on_alarm human`
+// reads the alarm set (default DefaultAlarmRefresh, 2s); d > 0.
+func WithAlarmRefresh(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.alarmRefresh = d
+		}
+	}
 }
 
 // Signal is what earlier steps of the request force on the route.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -58,9 +59,6 @@ Defaults: --concurrency 4, --price 0.042.
 	}
 }
 
-// commandSleep is the command's wait before a retry; tests replace it.
-var commandSleep = sleep
-
 func setUp(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.String("review", "", "base URL of the systemone_review mount (required)")
@@ -71,13 +69,15 @@ func setUp(cmd *cobra.Command) {
 	fl.String("out", "", "write the lines to this file instead of standard output")
 	cmd.Args = cobra.NoArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return run(cmd, os.Getenv(APIKeyEnv))
+		return run(cmd, os.Getenv(APIKeyEnv), sleep)
 	}
 }
 
-func run(cmd *cobra.Command, apiKey string) error {
+// run runs the command with the API key apiKey, waiting before a retry
+// with wait.
+func run(cmd *cobra.Command, apiKey string, wait func(context.Context, time.Duration) error) error {
 	fl := cmd.Flags()
-	opts := Options{APIKey: apiKey, Log: cmd.ErrOrStderr(), Sleep: commandSleep}
+	opts := Options{APIKey: apiKey, Log: cmd.ErrOrStderr(), Sleep: wait}
 	opts.Review, _ = fl.GetString("review")
 	opts.Upstream, _ = fl.GetString("upstream")
 	opts.Model, _ = fl.GetString("model")
