@@ -10,6 +10,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/policy/breaker"
 	"github.com/systemone/systemone-gateway/policy/limits"
+	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // metrics are the gateway's Prometheus collectors, registered on Caddy's
@@ -29,6 +30,7 @@ type metrics struct {
 	budgetSpent     *prometheus.GaugeVec
 	cacheRequests   *prometheus.CounterVec
 	cacheWaiting    prometheus.Gauge
+	reviewLost      prometheus.Collector // the route package's: its queue writer counts
 }
 
 // otherLabel stands for every value past a label's bound: orgs that
@@ -88,6 +90,7 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Namespace: namespace, Name: "cache_waiting",
 			Help: "Evaluation requests waiting for the answer to an identical request (same org and body) that is at the upstream.",
 		}),
+		reviewLost: route.LostEntriesCollector(),
 	}
 })
 
@@ -130,6 +133,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.cacheWaiting, err = register(reg, m.cacheWaiting)
+	}
+	if err == nil {
+		m.reviewLost, err = register(reg, m.reviewLost)
 	}
 	return &m, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,22 +25,22 @@ import (
 
 // queueRouter returns a Router with a queue on a fresh redis-server, its
 // client, and its observed logs.
-func queueRouter(t *testing.T, q Queue) (*Router, *redistest.Server, redis.UniversalClient, *observer.ObservedLogs) {
+func queueRouter(t *testing.T, q Queue, opts ...Option) (*Router, *redistest.Server, redis.UniversalClient, *observer.ObservedLogs) {
 	t.Helper()
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	r, logs := routerOn(t, client, q)
+	r, logs := routerOn(t, client, q, opts...)
 	return r, srv, client, logs
 }
 
 // routerOn returns a Router with a queue on client, and its observed logs.
-func routerOn(t *testing.T, client redis.UniversalClient, q Queue) (*Router, *observer.ObservedLogs) {
+func routerOn(t *testing.T, client redis.UniversalClient, q Queue, opts ...Option) (*Router, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := testConfig()
 	cfg.Queue = &q
-	r, err := New(cfg, client, "systemone:", zap.New(core))
+	r, err := New(cfg, client, "systemone:", zap.New(core), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +238,10 @@ func TestEnqueueMaxContent(t *testing.T) {
 }
 
 func TestEnqueueTrimsApproximately(t *testing.T) {
-	r, _, client, _ := queueRouter(t, Queue{Stream: "review", MaxLen: 10})
-	d, _ := humanDecision(r)
 	const n = 1000
-	r.queue.slots = make(chan struct{}, n) // room for all: this test is about trimming
+	// Room for all: this test is about trimming.
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review", MaxLen: 10}, WithQueueCapacity(n))
+	d, _ := humanDecision(r)
 	for i := range n {
 		r.Enqueue(context.Background(), d, Meta{RequestID: strconv.Itoa(i)})
 	}
@@ -294,46 +295,74 @@ func TestEnqueueRedisDown(t *testing.T) {
 }
 
 func TestEnqueueSaturatedDropsWithoutBlocking(t *testing.T) {
-	r, srv, client, logs := queueRouter(t, Queue{Stream: "review", IncludeContent: true})
-	r.queue.slots = make(chan struct{}, 1)
+	// Room for one entry waiting while the writer holds another.
+	r, srv, client, logs := queueRouter(t, Queue{Stream: "review", IncludeContent: true}, WithQueueCapacity(1))
 	r.queue.timeout = 5 * time.Second // the paused write must outlast the test's steps
 	d, resp := humanDecision(r)
 
-	// Writes block while clients are paused: the first holds the only slot.
+	// Writes block while clients are paused: the writer holds req-1,
+	// req-2 waits, req-3 finds no room.
 	if reply, err := srv.Do("CLIENT", "PAUSE", "10000", "WRITE"); err != nil || reply != "+OK" {
 		t.Fatalf("CLIENT PAUSE: %q %v", reply, err)
 	}
 	r.Enqueue(context.Background(), d, Meta{RequestID: "req-1", Org: "acme", Request: secretRequest, Response: resp})
+	for len(r.queue.waiting) != 0 { // the writer took req-1 and is blocked writing it
+		runtime.Gosched()
+	}
 	r.Enqueue(context.Background(), d, Meta{RequestID: "req-2", Org: "acme", Request: secretRequest, Response: resp})
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-3", Org: "acme", Request: secretRequest, Response: resp})
 	if s := r.QueueStats(); s.Dropped != 1 {
-		t.Fatalf("stats %+v, want the second entry dropped at once", s)
+		t.Fatalf("stats %+v, want the third entry dropped at once", s)
 	}
 	if reply, err := srv.Do("CLIENT", "UNPAUSE"); err != nil || reply != "+OK" {
 		t.Fatalf("CLIENT UNPAUSE: %q %v", reply, err)
 	}
 	r.Close()
 
-	if s := r.QueueStats(); s != (QueueStats{Enqueued: 1, Dropped: 1}) {
-		t.Errorf("stats %+v, want 1 enqueued, 1 dropped", s)
+	if s := r.QueueStats(); s != (QueueStats{Enqueued: 2, Dropped: 1}) {
+		t.Errorf("stats %+v, want 2 enqueued, 1 dropped", s)
 	}
-	if msgs := readStream(t, client, "review"); len(msgs) != 1 || msgs[0].Values["request_id"] != "req-1" {
-		t.Errorf("stream %v, want req-1 only", msgs)
+	if msgs := readStream(t, client, "review"); len(msgs) != 2 || msgs[0].Values["request_id"] != "req-1" || msgs[1].Values["request_id"] != "req-2" {
+		t.Errorf("stream %v, want req-1 then req-2", msgs)
 	}
 	entries := logs.FilterMessage("review queue saturated, entry dropped").AllUntimed()
-	if len(entries) != 1 || entries[0].ContextMap()["request_id"] != "req-2" {
-		t.Errorf("logs %v, want one warning naming req-2", logs.AllUntimed())
+	if len(entries) != 1 || entries[0].ContextMap()["request_id"] != "req-3" {
+		t.Errorf("logs %v, want one warning naming req-3", logs.AllUntimed())
 	}
 	assertNoContent(t, logs)
 
 	// Closed: a later entry (a request that reached the config after its
 	// release) is still written.
-	r.Enqueue(context.Background(), d, Meta{RequestID: "req-3"})
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-4"})
 	deadline := time.Now().Add(5 * time.Second)
-	for r.QueueStats().Enqueued != 2 && time.Now().Before(deadline) {
+	for r.QueueStats().Enqueued != 3 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if msgs := readStream(t, client, "review"); len(msgs) != 2 || msgs[1].Values["request_id"] != "req-3" {
-		t.Errorf("after Close: stream %v, stats %+v, want req-3 written", msgs, r.QueueStats())
+	if msgs := readStream(t, client, "review"); len(msgs) != 3 || msgs[2].Values["request_id"] != "req-4" {
+		t.Errorf("after Close: stream %v, stats %+v, want req-4 written", msgs, r.QueueStats())
+	}
+}
+
+// TestEnqueueInRoutedOrder: entries, with their content, reach the stream
+// in the order Enqueue was called, however the writer batches them.
+func TestEnqueueInRoutedOrder(t *testing.T) {
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review", IncludeContent: true}, WithQueueCapacity(500))
+	d, resp := humanDecision(r)
+	const n = 500
+	for i := range n {
+		r.Enqueue(context.Background(), d, Meta{RequestID: strconv.Itoa(i), Request: []byte(`{"n":` + strconv.Itoa(i) + `}`), Response: resp})
+	}
+	r.Close()
+	msgs := readStream(t, client, "review")
+	content := readStream(t, client, record.ContentStream("review"))
+	if len(msgs) != n || len(content) != n {
+		t.Fatalf("%d entries, %d content entries, want %d", len(msgs), len(content), n)
+	}
+	for i, m := range msgs {
+		e := record.ParseEntry(m.ID, m.Values)
+		if e.RequestID != strconv.Itoa(i) || e.Content != content[i].ID || content[i].Values["request"] != `{"n":`+strconv.Itoa(i)+`}` {
+			t.Fatalf("entry %d: %+v with content %v", i, e, content[i])
+		}
 	}
 }
 
@@ -467,10 +496,9 @@ func TestAuditDrawUniform(t *testing.T) {
 // same calls.
 func TestAuditDrawIndependentOfRoute(t *testing.T) {
 	audited := func(d func(r *Router) Decision) []string {
-		r, _, client, _ := queueRouter(t, Queue{Stream: "review"})
+		r, _, client, _ := queueRouter(t, Queue{Stream: "review"}, WithQueueCapacity(200)) // room for all: none dropped
 		r.audit = 0.3
 		r.rng = rand.New(rand.NewPCG(7, 7))
-		r.queue.slots = make(chan struct{}, 200) // room for all: none dropped
 		for i := range 200 {
 			r.Enqueue(context.Background(), d(r), Meta{RequestID: fmt.Sprintf("%03d", i)})
 		}

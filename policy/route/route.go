@@ -5,7 +5,6 @@
 package route
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -113,10 +112,11 @@ type orgLine struct {
 	human bool
 }
 
-// StreamWriter is the part of a go-redis client the review queue uses; the
-// handler's *redis.Client or *redis.ClusterClient is one.
+// StreamWriter is the part of a go-redis client the review queue uses: it
+// writes each batch of entries as pipelined XADDs. The handler's
+// *redis.Client or *redis.ClusterClient is one.
 type StreamWriter interface {
-	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
+	Pipeline() redis.Pipeliner
 }
 
 // Store is the part of a go-redis client a Router uses: the queue's writes
@@ -135,7 +135,7 @@ type Store interface {
 // logs. The audit draw is seeded at random. Close stops what New starts.
 // opts change the defaults of what New starts (see Option).
 func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Option) (*Router, error) {
-	o := options{alarmRefresh: DefaultAlarmRefresh}
+	o := options{alarmRefresh: DefaultAlarmRefresh, queueCapacity: queueCapacity}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -161,7 +161,7 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Op
 		if client == nil {
 			return nil, fmt.Errorf("queue %q needs the systemone block's redis", q.Stream)
 		}
-		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, cfg.MaxContent, client, logger)
+		r.queue = newQueue(*q, cfg.IncludeContent || q.IncludeContent, cfg.MaxContent, client, o.queueCapacity, logger)
 	}
 	if cfg.OnAlarm == OnAlarmHuman {
 		if client == nil {
@@ -177,7 +177,8 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Op
 type Option func(*options)
 
 type options struct {
-	alarmRefresh time.Duration
+	alarmRefresh  time.Duration
+	queueCapacity int
 }
 
 // WithAlarmRefresh sets how often the alarm watch of `on_alarm human`
@@ -186,6 +187,16 @@ func WithAlarmRefresh(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
 			o.alarmRefresh = d
+		}
+	}
+}
+
+// WithQueueCapacity sets how many review entries may wait for the queue's
+// writer before the next is dropped (default 64); n > 0.
+func WithQueueCapacity(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.queueCapacity = n
 		}
 	}
 }
