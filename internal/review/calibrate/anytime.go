@@ -22,7 +22,7 @@ import (
 //     answers at or above t, each entry's answers weighing 1/N, is at
 //     least the target: with the same number of the group's questions in
 //     every entry (one question for a `--by question` group), exactly the
-//     agreement of the answers at or above t, the contract's guarantee. An
+//     agreement of the answers at or above t, the documented guarantee. An
 //     entry with no answer at or above t gives Y = 0 and leaves the
 //     evidence as it is: the share of traffic at or above t needs no
 //     estimate.

@@ -11,7 +11,7 @@ const (
 	// MethodAnytime, the default, is anytime.go's: valid for any rule for
 	// when to look, each entry one observation, in entry order.
 	MethodAnytime = "anytime"
-	// MethodUniform is the contract's one-look method: audited lines are a
+	// MethodUniform is the documented one-look method: audited lines are a
 	// uniform sample, each labelled question one observation, each
 	// candidate tested with the Clopper-Pearson bound. Valid for one look
 	// at a number of labels fixed in advance.

@@ -29,7 +29,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
-// Certificate is one threshold's certificate, the contract's fields.
+// Certificate is one threshold's certificate, the documented fields.
 type Certificate struct {
 	// ID is derived from every other field (see Seal); "" until sealed.
 	ID string `json:"id"`
@@ -210,7 +210,7 @@ func sameFloat(a, b float64) bool {
 	return a == b || math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
 }
 
-// Digest hashes a group's audited `/labels` lines the contract's way:
+// Digest hashes a group's audited `/labels` lines the documented way:
 // each line as its compact JSON with keys sorted and values as in the
 // line, followed by a newline, the lines sorted by `entry` then
 // `question`. Add the lines after duplicates are dropped; order of adding
