@@ -3,21 +3,23 @@
 // limits, a circuit breaker and confidence routing in front of
 // reverse_proxy), the `systemone_review` API and page, and the
 // `systemone_simulator` upstream. Importing it registers the modules, their
-// Caddyfile directives and the `calibrate` subcommand.
+// Caddyfile directives and the review loop's subcommands (`calibrate`,
+// `verify`, `replay`).
 package systemone
 
 import (
 	_ "embed"
 
 	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
-	_ "github.com/systemone/systemone-gateway/handlers/review"        // registers systemone_review
-	_ "github.com/systemone/systemone-gateway/internal/bufferedlog"   // registers the buffered log writer
-	_ "github.com/systemone/systemone-gateway/policy/route/calibrate" // registers the calibrate subcommand
-	_ "github.com/systemone/systemone-gateway/policy/route/replay"    // registers the replay subcommand
-	_ "github.com/systemone/systemone-gateway/simulator"              // registers systemone_simulator
+	_ "github.com/systemone/systemone-gateway/handlers/review"      // registers systemone_review
+	_ "github.com/systemone/systemone-gateway/internal/bufferedlog" // registers the buffered log writer
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/replay"
+	_ "github.com/systemone/systemone-gateway/simulator" // registers systemone_simulator
 )
 
 // DefaultCaddyfile is the repository's root Caddyfile: the gateway on :8080
@@ -30,4 +32,7 @@ var DefaultCaddyfile []byte
 func init() {
 	caddy.RegisterModule(handlers.Handler{})
 	caddyfile.Register()
+	for _, c := range append(calibrate.Commands(), replay.Command()) {
+		caddycmd.RegisterCommand(c)
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
@@ -23,5 +24,16 @@ func TestDefaultCaddyfileLoads(t *testing.T) {
 	}
 	if err := caddy.Validate(&cfg); err != nil {
 		t.Fatalf("validate: %v", err)
+	}
+}
+
+// TestCommandsRegistered: the binary has the review loop's subcommands,
+// registered here beside the modules (the packages that define them
+// register nothing when imported).
+func TestCommandsRegistered(t *testing.T) {
+	for _, name := range []string{"calibrate", "verify", "replay"} {
+		if c, ok := caddycmd.Commands()[name]; !ok || c.CobraFunc == nil {
+			t.Errorf("no %s command", name)
+		}
 	}
 }

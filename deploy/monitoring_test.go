@@ -113,8 +113,8 @@ func TestAlertRules(t *testing.T) {
 	}
 	// The contract's five: breaker open, guardrails unavailable, Redis
 	// lost, review agreement falling, budget rejections; and the
-	// guarantee alarm of section 5.
-	for _, want := range []string{"SystemoneBreakerOpen", "SystemoneGuardrailsUnavailable", "SystemoneRedisLost", "SystemoneReviewAgreementLow", "SystemoneBudgetRejections", "SystemoneGuaranteeAlarm"} {
+	// guarantee alarm; and review entries lost.
+	for _, want := range []string{"SystemoneBreakerOpen", "SystemoneGuardrailsUnavailable", "SystemoneRedisLost", "SystemoneReviewAgreementLow", "SystemoneBudgetRejections", "SystemoneGuaranteeAlarm", "SystemoneReviewEntriesLost"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
 		}

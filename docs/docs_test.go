@@ -585,7 +585,7 @@ func runnable(c string) bool {
 // are still adapted and their links checked by this package.
 var ownShellTests = map[string]string{
 	"docs/calibration.md":  "handlers/replay_loop_e2e_test.go (TestReplayLoop)",
-	"docs/active-audit.md": "policy/route/calibrate/docs_test.go",
+	"docs/active-audit.md": "internal/review/calibrate/docs_test.go",
 	"docs/monitor.md":      "handlers/review/monitor_docs_test.go (TestMonitorDocs)",
 	"docs/review.md":       "handlers/review/docs_test.go (TestDocsReview); bench/reviewload is a load test",
 	"docs/walkthrough.md":  "deploy/examples/review-loop (the walk-through's own test)",

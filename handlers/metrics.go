@@ -11,6 +11,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/policy/breaker"
 	"github.com/systemone/systemone-gateway/policy/limits"
+	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // metrics are the gateway's Prometheus collectors, registered on Caddy's
@@ -31,6 +32,7 @@ type metrics struct {
 	cacheRequests   *prometheus.CounterVec
 	cacheWaiting    prometheus.Gauge
 	overhead        prometheus.Histogram
+	reviewLost      prometheus.Collector // the route package's: its queue writer counts
 }
 
 // otherLabel stands for every value past a label's bound: orgs that
@@ -95,6 +97,7 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Help:    "The gateway's own time per evaluation request: its time in the handler less the time it waited for the upstream and the guardrails service.",
 			Buckets: overheadBuckets,
 		}),
+		reviewLost: route.LostEntriesCollector(),
 	}
 })
 
@@ -144,6 +147,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.overhead, err = register(reg, m.overhead)
+	}
+	if err == nil {
+		m.reviewLost, err = register(reg, m.reviewLost)
 	}
 	return &m, err
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
-	"github.com/systemone/systemone-gateway/policy/route"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 const pinnedRoutes = `		route {
@@ -284,7 +284,7 @@ func TestRouteQueueIncludeContent(t *testing.T) {
 		t.Fatalf("entries %v", entries)
 	}
 	id := entries[0].Values["content"].(string)
-	content, err := client.XRange(context.Background(), route.ContentStream("review:human"), id, id).Result()
+	content, err := client.XRange(context.Background(), record.ContentStream("review:human"), id, id).Result()
 	if err != nil || len(content) != 1 || content[0].Values["request"] != body || content[0].Values["response"] != string(answer) {
 		t.Errorf("content %v %v", content, err)
 	}

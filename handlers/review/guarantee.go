@@ -70,17 +70,17 @@ func (m *Monitor) settle() time.Duration {
 	return time.Duration(*m.Settle)
 }
 
-// Refresh periods of a running monitor; variables so that tests can
-// shrink them.
-var (
-	// metricsRefresh is how often each review handler re-reads every
-	// group's state for its metrics, so that every instance's gauges
+// Refresh periods of a running monitor (guaranteeMonitor's takeEvery and
+// metricsRefresh).
+const (
+	// defaultMetricsRefresh is how often each review handler re-reads
+	// every group's state for its metrics, so that every instance's gauges
 	// follow observations another instance took.
-	metricsRefresh = 10 * time.Second
-	// takeEvery is how often each review handler takes the observations
-	// that have settled. Every instance does, and the take script hands
-	// each entry to exactly one of them.
-	takeEvery = time.Second
+	defaultMetricsRefresh = 10 * time.Second
+	// defaultTakeEvery is how often each review handler takes the
+	// observations that have settled. Every instance does, and the take
+	// script hands each entry to exactly one of them.
+	defaultTakeEvery = time.Second
 )
 
 // maxMetricModel bounds the model and org labels of the guarantee gauges,
@@ -104,7 +104,13 @@ const (
 	evidenceHelp = "The group's e-process: evidence against \"agreement at or above the target\"; the alarm is raised at 1/alpha of the group's current sequence."
 )
 
-var processMetrics = &guaranteeMetrics{groups: map[guarantee.Group][2]float64{}}
+// processMetrics is the one collector of the process's handlers: one
+// series per group, whichever config or instance observed it last.
+var processMetrics = newGuaranteeMetrics()
+
+func newGuaranteeMetrics() *guaranteeMetrics {
+	return &guaranteeMetrics{groups: map[guarantee.Group][2]float64{}}
+}
 
 // Describe sends nothing: the collector is unchecked, since its label
 // names depend on the monitors running.
@@ -148,9 +154,9 @@ func (c *guaranteeMetrics) set(g guarantee.Group, s guarantee.State) {
 	c.mu.Unlock()
 }
 
-// registerMetrics registers the process's guarantee collector on reg.
-func registerMetrics(reg prometheus.Registerer) error {
-	if err := reg.Register(processMetrics); err != nil {
+// registerMetrics registers the guarantee collector c on reg.
+func registerMetrics(reg prometheus.Registerer, c *guaranteeMetrics) error {
+	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if !errors.As(err, &are) {
 			return err
@@ -166,9 +172,15 @@ type guaranteeMonitor struct {
 	settle time.Duration
 	// now is the monitor's clock: when a label was given, when an entry
 	// settles. Every instance's clock should agree within the settle time.
-	now  func() time.Time
-	stop context.CancelFunc
-	done chan struct{}
+	now func() time.Time
+	// metrics is the collector the monitor's gauges go to: processMetrics
+	// when the handler runs it; a test's own.
+	metrics *guaranteeMetrics
+	// takeEvery and metricsRefresh are the periods of the takes and of the
+	// gauges' refresh (defaultTakeEvery, defaultMetricsRefresh).
+	takeEvery, metricsRefresh time.Duration
+	stop                      context.CancelFunc
+	done                      chan struct{}
 }
 
 // startMonitor registers the gauges and starts the takes and the metrics
@@ -181,18 +193,19 @@ func (h *Handler) startMonitor(reg prometheus.Registerer) error {
 	if h.Monitor.settle() < 0 {
 		return errors.New("settle must not be negative")
 	}
-	if err := registerMetrics(reg); err != nil {
+	if err := registerMetrics(reg, processMetrics); err != nil {
 		return err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	m := &guaranteeMonitor{params: params, byOrg: h.Monitor.ByOrg, settle: h.Monitor.settle(), now: now,
+	m := &guaranteeMonitor{params: params, byOrg: h.Monitor.ByOrg, settle: h.Monitor.settle(), now: h.clock(),
+		metrics: processMetrics, takeEvery: defaultTakeEvery, metricsRefresh: defaultMetricsRefresh,
 		stop: stop, done: make(chan struct{})}
 	h.monitor = m
 	go func() {
 		defer close(m.done)
-		take := time.NewTicker(takeEvery)
+		take := time.NewTicker(m.takeEvery)
 		defer take.Stop()
-		refresh := time.NewTicker(metricsRefresh)
+		refresh := time.NewTicker(m.metricsRefresh)
 		defer refresh.Stop()
 		h.refreshMetrics(ctx)
 		for {
@@ -213,14 +226,14 @@ func (h *Handler) startMonitor(reg prometheus.Registerer) error {
 func (h *Handler) refreshMetrics(ctx context.Context) {
 	if states, err := h.store.groups(ctx, h.monitor.params); err == nil {
 		for g, s := range states {
-			processMetrics.set(g, s)
+			h.monitor.metrics.set(g, s)
 		}
 	}
 }
 
 // takeSettled takes the observations that have settled and shows them.
 // A failure is logged by the next request that meets it (a take is
-// retried every takeEvery; nothing is lost while Redis is away).
+// retried every take period; nothing is lost while Redis is away).
 func (h *Handler) takeSettled(ctx context.Context) {
 	updates, err := h.store.take(ctx, h.monitor.now(), h.monitor.params)
 	h.observed(updates)
@@ -242,7 +255,7 @@ func (m *guaranteeMonitor) close() {
 func (h *Handler) observed(updates []groupUpdate) {
 	m := h.monitor
 	for _, u := range updates {
-		processMetrics.set(u.group, u.state)
+		h.monitor.metrics.set(u.group, u.state)
 		if !u.raised {
 			continue
 		}
@@ -303,7 +316,7 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "not_found")
 		return
 	}
-	processMetrics.set(g, state)
+	h.monitor.metrics.set(g, state)
 	if ce := h.logger.Check(zap.InfoLevel, "guarantee reset"); ce != nil {
 		ce.Write(zap.String("model", g.Model), zap.String("type", g.Type), zap.String("org", g.Org),
 			zap.Float64("alpha", h.monitor.params.Level(state.Sequence)), zap.String("by", authUser(r)),
@@ -347,7 +360,7 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 	}
 	groups := make([]guaranteeGroup, 0, len(states))
 	for g, s := range states {
-		processMetrics.set(g, s)
+		h.monitor.metrics.set(g, s)
 		groups = append(groups, guaranteeGroup{Model: g.Model, Type: g.Type, Org: g.Org, Alpha: p.Level(s.Sequence),
 			Entries: s.Entries, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm})
 	}

@@ -6,14 +6,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // bigEntry is an entry of n score questions q0..q(n-1).
-func bigEntry(n int) entry {
-	e := entry{id: "1-0", model: "m", audit: true}
+func bigEntry(n int) record.Entry {
+	e := record.Entry{ID: "1-0", Model: "m", Audit: true}
+	confidence := 0.9
 	for i := range n {
-		e.questions = append(e.questions, question{ID: "q" + strconv.Itoa(i), Type: "score", Route: "auto",
-			Confidence: json.RawMessage("0.9"), Answer: json.RawMessage("1")})
+		e.Questions = append(e.Questions, record.Question{ID: "q" + strconv.Itoa(i), Type: "score", Route: "auto",
+			Confidence: &confidence, Answer: json.RawMessage("1")})
 	}
 	return e
 }
@@ -33,12 +36,12 @@ func labelsJSON(n int, value string) []byte {
 }
 
 // validate runs a PUT body through the checks putLabels makes, against e.
-func validate(raw []byte, e entry) ([]record, errorList) {
+func validate(raw []byte, e record.Entry) ([]record.Label, errorList) {
 	body, errs := parseLabelsBody(raw)
 	if errs.any() {
 		return nil, errs
 	}
-	return e.records(body, nil, "2026-01-01T00:00:00Z")
+	return labelLines(&e, body, nil, "2026-01-01T00:00:00Z")
 }
 
 func wantError(t *testing.T, errs errorList, typ string, where ...any) fieldError {
@@ -74,7 +77,7 @@ func TestPutLabelHugeNumber(t *testing.T) {
 // Invalid UTF-8 is a 422 at its place, never stored as U+FFFD.
 func TestPutLabelInvalidUTF8(t *testing.T) {
 	e := bigEntry(1)
-	e.questions[0].Type = "choice"
+	e.Questions[0].Type = "choice"
 	_, errs := validate([]byte("{\"labels\":{\"q0\":\"a\"},\"reviewer\":\"bad \xff name\"}"), e)
 	got := wantError(t, errs, "string_unicode", "body", "reviewer")
 	if !json.Valid(got.Input) {

@@ -3,21 +3,23 @@ package review
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 
-	"github.com/systemone/systemone-gateway/policy/route/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>&method=<anytime|uniform|weighted>
 // with exactly what `systemone-gateway calibrate --json` prints for the
 // labels stored now: the same package computes it (calibrate.Sample) and
 // writes it (calibrate.WriteJSON), from the same lines GET /labels
-// exports, read the same way in the same bounded batches into compact
-// records. The defaults are the command's (calibrate.DefaultOptions:
+// exports, read as typed lines (record.Label) in the same bounded batches
+// and handed to the calibration as they are. The defaults are the command's (calibrate.DefaultOptions:
 // delta 0.05, by type, min_labels 30, method anytime, which holds however
 // often the page asks); target is required. A missing or bad parameter
 // (a target or delta outside (0, 1) included) is a 422 list. Without
@@ -32,14 +34,17 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sample := calibrate.NewSample()
-	var buf bytes.Buffer
-	err := h.store.export(r.Context(), exportBatch, func(records []string) error {
-		buf.Reset()
-		for _, rec := range records {
-			buf.WriteString(rec)
-			buf.WriteByte('\n')
+	err := h.store.export(r.Context(), exportBatch, func(stored []string) error {
+		for _, text := range stored {
+			l, err := record.ParseLabel([]byte(text))
+			if err == nil {
+				err = sample.AddLabel(&l)
+			}
+			if err != nil {
+				return fmt.Errorf("stored label of %s: %v", l.Entry, err)
+			}
 		}
-		return sample.AddFrom(&buf)
+		return nil
 	})
 	if err != nil {
 		h.storeFailed(w, "progress", err)

@@ -11,7 +11,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/systemone/systemone-gateway/policy/route/calibrate" // also registers the calibrate command
+	"github.com/systemone/systemone-gateway/internal/review/calibrate" // also registers the calibrate command
 )
 
 // calibrateJSON runs `systemone-gateway calibrate ... --json <labels URL>`

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/systemone/systemone-gateway/policy/route"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // addEntry writes a review entry straight to the stream, as the gateway's
@@ -99,7 +99,7 @@ func TestReviewContentApart(t *testing.T) {
 	if _, inline := raw[0].Values["request"]; inline || raw[0].Values["content"] == nil {
 		t.Fatalf("entry fields %v: the bodies must be apart", raw[0].Values)
 	}
-	content, _ := s.rdb.XRange(ctx, route.ContentStream(stream), "-", "+").Result()
+	content, _ := s.rdb.XRange(ctx, record.ContentStream(stream), "-", "+").Result()
 	if len(content) != 1 || content[0].ID != raw[0].Values["content"] {
 		t.Fatalf("content stream %v", content)
 	}
@@ -114,7 +114,7 @@ func TestReviewContentApart(t *testing.T) {
 	if len(p.Items) != 1 || p.Items[0].Request == nil || p.Items[0].Response == nil {
 		t.Errorf("listed item without its content: %+v", p.Items)
 	}
-	// The stored request bounds the labels, as with inline content.
+	// The stored request bounds the labels.
 	resp, body := s.call(t, http.MethodPut, "/review/items/"+id+"/labels", `{"labels":{"c":"nope"}}`)
 	if types, _ := detailTypes(t, resp, body); !slices.Equal(types, []string{"literal_error"}) {
 		t.Errorf("choice label checked against the stored options: %v", types)
@@ -128,15 +128,5 @@ func TestReviewContentApart(t *testing.T) {
 	s.get(t, "/review/items/"+big, &large)
 	if large.Request != nil || large.Response == nil || !slices.Equal(large.TooLarge, []string{"request"}) {
 		t.Errorf("a request over max_content: request %s, content_too_large %v", large.Request, large.TooLarge)
-	}
-
-	old := s.addEntry(t, true, "request", `{"state":"inline"}`, "response", `{"model":"service-1.0.0"}`)
-	s.get(t, "/review/items/"+old, &one)
-	if string(one.Request) != `{"state":"inline"}` || string(one.Response) != `{"model":"service-1.0.0"}` {
-		t.Errorf("an entry with inline content: %s / %s", one.Request, one.Response)
-	}
-	s.get(t, "/review/items?audit=1", &p)
-	if len(p.Items) != 1 || string(p.Items[0].Request) != `{"state":"inline"}` {
-		t.Errorf("listed inline entry: %+v", p.Items)
 	}
 }

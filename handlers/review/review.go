@@ -7,6 +7,7 @@
 package review
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,6 +70,26 @@ type Handler struct {
 	// gate holds the Redis client for the requests still in this config
 	// after a reload has retired it (see Cleanup).
 	gate *drain.Gate
+	// now is the clock of label timestamps and of the monitor; nil is
+	// time.Now.
+	now func() time.Time
+	// maxScan and listStep bound a filtered page's scan (0 is
+	// defaultMaxScan, defaultListStep).
+	maxScan  int
+	listStep int64
+}
+
+// clock returns the handler's clock.
+func (h *Handler) clock() func() time.Time {
+	if h.now == nil {
+		return time.Now
+	}
+	return h.now
+}
+
+// scanBounds returns maxScan and listStep, defaulted.
+func (h *Handler) scanBounds() (int, int64) {
+	return cmp.Or(h.maxScan, defaultMaxScan), cmp.Or(h.listStep, defaultListStep)
 }
 
 // CaddyModule returns the Caddy module information.

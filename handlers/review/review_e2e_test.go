@@ -134,15 +134,7 @@ func evalBody(state string) string {
 // the entry id and the answer body.
 func (s *stack) evaluate(t *testing.T, state string) (string, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/systemone", strings.NewReader(evalBody(state)))
-	req.Header.Set("Authorization", "Bearer review-test-key")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Simulator-Confidence", `{"n":0.55,"c":0.3,"s":0.3}`)
-	resp, body := do(t, req)
-	if resp.StatusCode != 200 || resp.Header.Get("X-Route") != "human" {
-		t.Fatalf("evaluation: %d route %q: %s", resp.StatusCode, resp.Header.Get("X-Route"), body)
-	}
-	requestID := resp.Header.Get("X-Request-Id")
+	requestID, body := s.post(t, state)
 	// The queue writes in the background: poll until the entry lands.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -257,6 +249,13 @@ func lineOf(lines []map[string]any, entry, question string) map[string]any {
 // labels include match.
 func (s *stack) labelsMetric(t *testing.T, match string) float64 {
 	t.Helper()
+	return s.metricSum(t, "systemone_review_labels_total", match)
+}
+
+// metricSum adds the values of the series of metric name whose labels hold
+// match, as the gateway's metrics endpoint serves them now; 0 when none.
+func (s *stack) metricSum(t *testing.T, name, match string) float64 {
+	t.Helper()
 	resp, err := http.Get(s.metrics)
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +264,7 @@ func (s *stack) labelsMetric(t *testing.T, match string) float64 {
 	raw, _ := io.ReadAll(resp.Body)
 	var sum float64
 	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "systemone_review_labels_total{") || !strings.Contains(line, match) {
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
 			continue
 		}
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)

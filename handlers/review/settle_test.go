@@ -27,7 +27,7 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 	settle := durationOf(10 * time.Minute)
 	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, Settle: settle}}
 	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
-	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), settle: h.Monitor.settle(), now: clock.Now}
+	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), settle: h.Monitor.settle(), now: clock.Now, metrics: newGuaranteeMetrics()}
 	add := func(requestID string) string {
 		id, err := client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: []string{"request_id", requestID, "model", "m", "audit", "1",
 			"questions", `[{"id":"a","type":"noul","route":"auto","confidence":0.9,"answer":0.9},{"id":"b","type":"noul","route":"auto","confidence":0.9,"answer":0.9}]`}}).Result()
@@ -95,23 +95,13 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 // With `by org`, each org's entries feed its own group, GET /guarantee
 // lists them with their org, and DELETE ?org= resets one org's group.
 func TestMonitorByOrg(t *testing.T) {
-	// The process's gauges carry an org label on every series once any
-	// group is by org: take this test's groups out when it ends, so that
-	// the other tests of the package read their series as they expect.
-	t.Cleanup(func() {
-		processMetrics.mu.Lock()
-		defer processMetrics.mu.Unlock()
-		for g := range processMetrics.groups {
-			if g.ByOrg {
-				delete(processMetrics.groups, g)
-			}
-		}
-	})
 	s, client := testStore(t)
 	ctx := context.Background()
 	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, ByOrg: true, Settle: durationOf(0)}}
 	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
-	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), byOrg: true, settle: 0, now: time.Now}
+	// Its own collector: the process's gauges would carry an org label on
+	// every series once any group is by org.
+	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), byOrg: true, settle: 0, now: time.Now, metrics: newGuaranteeMetrics()}
 	serve := func(method, path, body string) *httptest.ResponseRecorder {
 		t.Helper()
 		w := httptest.NewRecorder()

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/policy/guarantee"
-	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // Label storage
@@ -59,7 +58,7 @@ type store struct {
 
 func newStore(client redis.UniversalClient, prefix, stream string) *store {
 	return &store{
-		client: client, stream: stream, content: route.ContentStream(stream),
+		client: client, stream: stream, content: record.ContentStream(stream),
 		base: guarantee.Base(prefix, stream), timeout: storeTimeout,
 		stateKey: guarantee.StateKey(prefix, stream), alarmKey: guarantee.AlarmKey(prefix, stream),
 	}
@@ -68,82 +67,54 @@ func newStore(client redis.UniversalClient, prefix, stream string) *store {
 func (s *store) indexKey() string          { return s.base + "labeled" }
 func (s *store) entryKey(id string) string { return s.base + "entry:" + id }
 
-// streamID is a stream entry id, <ms>-<seq>.
-type streamID struct{ ms, seq uint64 }
-
-// parseID reads a full entry id. With partial, a bare <ms> is accepted too
-// (as XRANGE reads it: <ms>-0 as a start).
-func parseID(s string, partial bool) (streamID, bool) {
-	msText, seqText, hasSeq := strings.Cut(s, "-")
-	if !hasSeq && !partial {
-		return streamID{}, false
-	}
-	ms, err := strconv.ParseUint(msText, 10, 64)
-	if err != nil || !digits(msText) {
-		return streamID{}, false
-	}
-	var seq uint64
-	if hasSeq {
-		if seq, err = strconv.ParseUint(seqText, 10, 64); err != nil || !digits(seqText) {
-			return streamID{}, false
-		}
-	}
-	return streamID{ms, seq}, true
-}
-
-// digits rejects the signs strconv accepts.
-func digits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
-func (id streamID) String() string {
-	return strconv.FormatUint(id.ms, 10) + "-" + strconv.FormatUint(id.seq, 10)
-}
-
-// member is id as a member of the labeled index: fixed width, so that the
+// indexMember is id as a member of the labeled index: fixed width, so that the
 // byte order of members is the order of ids.
-func (id streamID) member() string { return fmt.Sprintf("%020d-%020d", id.ms, id.seq) }
+func indexMember(id record.ID) string { return fmt.Sprintf("%020d-%020d", id.Ms, id.Seq) }
 
 // memberID turns an index member back into an entry id.
 func memberID(m string) (string, bool) {
 	if len(m) != 41 || m[20] != '-' {
 		return "", false
 	}
-	id, ok := parseID(m, false)
+	id, ok := record.ParseID(m)
 	return id.String(), ok
 }
 
 // entry reads the stream entry id with its content; ok is false when it is
 // not in the stream.
-func (s *store) entry(ctx context.Context, id string) (redis.XMessage, bool, error) {
+func (s *store) entry(ctx context.Context, id string) (record.Entry, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	msgs, err := s.client.XRangeN(ctx, s.stream, id, id, 1).Result()
 	if err != nil || len(msgs) == 0 {
-		return redis.XMessage{}, false, err
+		return record.Entry{}, false, err
 	}
-	if err := s.attachContent(ctx, msgs); err != nil {
-		return redis.XMessage{}, false, err
+	entries := []record.Entry{record.ParseEntry(msgs[0].ID, msgs[0].Values)}
+	if err := s.attachContent(ctx, entries); err != nil {
+		return record.Entry{}, false, err
 	}
-	return msgs[0], true, nil
+	return entries[0], true, nil
 }
 
 // scan reads up to n entries, oldest first, after the entry id after
 // (exclusive), or from the start when after is "", without their content
 // (see attachContent).
-func (s *store) scan(ctx context.Context, after string, n int64) ([]redis.XMessage, error) {
+func (s *store) scan(ctx context.Context, after string, n int64) ([]record.Entry, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := "-"
 	if after != "" {
 		start = "(" + after
 	}
-	return s.client.XRangeN(ctx, s.stream, start, "+", n).Result()
+	msgs, err := s.client.XRangeN(ctx, s.stream, start, "+", n).Result()
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]record.Entry, len(msgs))
+	for i, m := range msgs {
+		entries[i] = record.ParseEntry(m.ID, m.Values)
+	}
+	return entries, nil
 }
 
 // labels returns the stored label records of each entry id: question id
@@ -218,7 +189,7 @@ return 1
 // those of the same questions and keeping the others, indexes the entry,
 // and with the monitor on notes the labels that feed a group, the entry
 // to be observed at due (when this is its first label), in one script.
-func (s *store) put(ctx context.Context, id streamID, requestID string, writes []labelWrite, monitorOn bool, due time.Time) error {
+func (s *store) put(ctx context.Context, id record.ID, requestID string, writes []labelWrite, monitorOn bool, due time.Time) error {
 	if len(writes) == 0 {
 		return nil
 	}
@@ -229,7 +200,7 @@ func (s *store) put(ctx context.Context, id streamID, requestID string, writes [
 		on = "1"
 	}
 	args := make([]any, 0, 4+4*len(writes))
-	args = append(args, id.member(), on, due.UnixMilli(), requestID)
+	args = append(args, indexMember(id), on, due.UnixMilli(), requestID)
 	for _, w := range writes {
 		group, agree := "", "0"
 		if w.group != nil {

@@ -19,8 +19,8 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/policy/guarantee"
-	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 func testStore(t *testing.T) (*store, redis.UniversalClient) {
@@ -31,9 +31,9 @@ func testStore(t *testing.T) (*store, redis.UniversalClient) {
 	return newStore(client, "systemone:", "review:human"), client
 }
 
-func mustID(t *testing.T, s string) streamID {
+func mustID(t *testing.T, s string) record.ID {
 	t.Helper()
-	id, ok := parseID(s, false)
+	id, ok := record.ParseID(s)
 	if !ok {
 		t.Fatalf("bad id %q", s)
 	}
@@ -57,7 +57,7 @@ func exportAll(t *testing.T, s *store, batch int64) ([]string, []int) {
 }
 
 // putMap stores records, in question id order, without the monitor.
-func putMap(s *store, id streamID, records map[string]string) error {
+func putMap(s *store, id record.ID, records map[string]string) error {
 	var writes []labelWrite
 	for _, q := range slices.Sorted(maps.Keys(records)) {
 		writes = append(writes, labelWrite{question: q, record: records[q]})
@@ -181,73 +181,26 @@ func TestStoreCluster(t *testing.T) {
 	if err := client.XAdd(ctx, &redis.XAddArgs{Stream: "review:human", ID: "7-1", Values: []string{"org", "a"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if m, ok, err := s.entry(ctx, "7-1"); err != nil || !ok || m.Values["org"] != "a" {
+	if m, ok, err := s.entry(ctx, "7-1"); err != nil || !ok || m.Org != "a" {
 		t.Errorf("entry on a cluster: %v %v %v", m, ok, err)
 	}
 }
 
-func TestParseID(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		partial bool
-		want    string // "" when rejected
-	}{
-		{"1700000000000-0", false, "1700000000000-0"},
-		{"0-1", false, "0-1"},
-		{"007-08", false, "7-8"},
-		{"18446744073709551615-18446744073709551615", false, "18446744073709551615-18446744073709551615"},
-		{"18446744073709551616-0", false, ""},
-		{"123", false, ""},
-		{"123", true, "123-0"},
-		{"+1-2", false, ""},
-		{"1-+2", false, ""},
-		{"-1", true, ""},
-		{"1-", false, ""},
-		{"a-b", false, ""},
-		{"", true, ""},
-		{"1-2-3", false, ""},
-	} {
-		id, ok := parseID(tc.in, tc.partial)
-		if got := map[bool]string{true: id.String(), false: ""}[ok]; got != tc.want {
-			t.Errorf("parseID(%q, %v) = %q, want %q", tc.in, tc.partial, got, tc.want)
+// TestIndexMember: an index member reads back as its entry id, and the
+// byte order of members is the order of ids.
+func TestIndexMember(t *testing.T) {
+	ids := []string{"0-1", "7-8", "9-0", "10-0", "18446744073709551615-18446744073709551615"}
+	var members []string
+	for _, s := range ids {
+		id := mustID(t, s)
+		m := indexMember(id)
+		if back, ok := memberID(m); !ok || back != id.String() {
+			t.Errorf("member round trip of %q: %q %v", s, back, ok)
 		}
-		if ok {
-			if back, ok := memberID(id.member()); !ok || back != id.String() {
-				t.Errorf("member round trip of %q: %q %v", tc.in, back, ok)
-			}
-		}
+		members = append(members, m)
 	}
-}
-
-func TestAgree(t *testing.T) {
-	for _, tc := range []struct {
-		typ, label, answer string
-		want               bool
-	}{
-		{"noul", "true", "0.5", true},
-		{"noul", "true", "0.49", false},
-		{"noul", "false", "0.49", true},
-		{"noul", "false", "1", false},
-		{"noul", "true", "null", false},
-		{"noul", "true", `"0.9"`, false},
-		{"choice", `"good"`, `"good"`, true},
-		{"choice", `"good"`, `"bad"`, false},
-		{"choice", `"null"`, "null", false},
-		{"choice", `""`, "null", false},
-		{"score", "2", "1.5", true},
-		{"score", "2", "2.5", true},
-		{"score", "2", "1.49", false},
-		{"score", "0", "0.51", false},
-		{"score", "2", "", false},
-		{"other", "true", "1", false},
-	} {
-		var answer json.RawMessage
-		if tc.answer != "" {
-			answer = json.RawMessage(tc.answer)
-		}
-		if got := route.Agree(tc.typ, json.RawMessage(tc.label), answer); got != tc.want {
-			t.Errorf("agree(%s, %s, %s) = %v", tc.typ, tc.label, tc.answer, got)
-		}
+	if !slices.IsSorted(members) {
+		t.Errorf("members out of id order: %q", members)
 	}
 }
 
@@ -387,9 +340,7 @@ func TestListScanBudget(t *testing.T) {
 			}
 		}
 	}
-	defer func(scan int, batch int64) { maxScan, listStep = scan, batch }(maxScan, listStep)
-	maxScan, listStep = 4, 2
-	h := &Handler{store: s, logger: zap.NewNop()}
+	h := &Handler{store: s, logger: zap.NewNop(), maxScan: 4, listStep: 2}
 	list := func(query string) listPage {
 		t.Helper()
 		w := httptest.NewRecorder()

@@ -27,13 +27,13 @@ const (
 // onAlarmValues lists the values of Config.OnAlarm, the default first.
 var onAlarmValues = []string{OnAlarmAlert, OnAlarmHuman}
 
-// AlarmRefresh is how often a Router with `on_alarm human` reads the set of
-// groups in alarm from Redis (one MULTI of two reads, off the request
-// path): an alarm routes human on every instance within this period plus
-// one take of the review handler (1s) after the observation that raised
-// it, well within the 10 seconds promised. A variable so that tests can
-// shorten it.
-var AlarmRefresh = 2 * time.Second
+// DefaultAlarmRefresh is how often a Router with `on_alarm human` reads the
+// set of groups in alarm from Redis (one MULTI of two reads, off the
+// request path), unless WithAlarmRefresh says otherwise: an alarm routes
+// human on every instance within this period plus one take of the review
+// handler (1s) after the observation that raised it, well within the 10
+// seconds promised.
+const DefaultAlarmRefresh = 2 * time.Second
 
 // alarmTimeout bounds one read of the alarm set.
 const alarmTimeout = time.Second
@@ -66,6 +66,7 @@ type alarmWatch struct {
 	known        atomic.Bool // a read has succeeded
 	client       AlarmReader
 	key, resetKy string
+	every        time.Duration // the refresh period
 	logger       *zap.Logger
 	// Only the loop touches these.
 	failed bool
@@ -74,9 +75,9 @@ type alarmWatch struct {
 	wg     sync.WaitGroup
 }
 
-func newAlarmWatch(client AlarmReader, key, resetKey string, logger *zap.Logger) *alarmWatch {
+func newAlarmWatch(client AlarmReader, key, resetKey string, every time.Duration, logger *zap.Logger) *alarmWatch {
 	ctx, stop := context.WithCancel(context.Background())
-	w := &alarmWatch{client: client, key: key, resetKy: resetKey, logger: logger, stop: stop, tokens: map[guarantee.Group]string{}}
+	w := &alarmWatch{client: client, key: key, resetKy: resetKey, every: every, logger: logger, stop: stop, tokens: map[guarantee.Group]string{}}
 	w.set.Store(&map[guarantee.Group]struct{}{})
 	// The first read before the first request: a gateway started while
 	// Redis answers knows its alarms at once, instead of routing
@@ -89,7 +90,7 @@ func newAlarmWatch(client AlarmReader, key, resetKey string, logger *zap.Logger)
 
 func (w *alarmWatch) loop(ctx context.Context) {
 	defer w.wg.Done()
-	t := time.NewTicker(AlarmRefresh)
+	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {
 		select {

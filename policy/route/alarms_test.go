@@ -36,8 +36,6 @@ func waitRoute(t *testing.T, r *Router, body []byte, want string) Decision {
 // group from the set brings auto back, and a Redis that cannot be read
 // keeps the last known alarms.
 func TestOnAlarmHuman(t *testing.T) {
-	defer func(d time.Duration) { AlarmRefresh = d }(AlarmRefresh)
-	AlarmRefresh = 10 * time.Millisecond
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
@@ -52,7 +50,7 @@ func TestOnAlarmHuman(t *testing.T) {
 	cfg.OnAlarm = OnAlarmHuman
 	cfg.Unpinned = RouteAuto
 	core, logs := observer.New(zap.InfoLevel)
-	r, err := New(cfg, client, "gw:", zap.New(core))
+	r, err := New(cfg, client, "gw:", zap.New(core), WithAlarmRefresh(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +145,6 @@ func TestOnAlarmHuman(t *testing.T) {
 // it started) routes every question human with guarantee_unknown, ahead
 // of the thresholds, until a read succeeds.
 func TestOnAlarmUnknownSinceStart(t *testing.T) {
-	defer func(d time.Duration) { AlarmRefresh = d }(AlarmRefresh)
-	AlarmRefresh = 10 * time.Millisecond
 	srv := redistest.Start(t)
 	srv.Stop()
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
@@ -157,7 +153,7 @@ func TestOnAlarmUnknownSinceStart(t *testing.T) {
 	cfg.Queue = &Queue{Stream: "review:s"}
 	cfg.OnAlarm = OnAlarmHuman
 	core, logs := observer.New(zap.InfoLevel)
-	r, err := New(cfg, client, "gw:", zap.New(core))
+	r, err := New(cfg, client, "gw:", zap.New(core), WithAlarmRefresh(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +176,6 @@ func TestOnAlarmUnknownSinceStart(t *testing.T) {
 // With a monitor by org, an org's group in alarm sends that org's
 // questions of the group human, and no other org's.
 func TestOnAlarmByOrg(t *testing.T) {
-	defer func(d time.Duration) { AlarmRefresh = d }(AlarmRefresh)
-	AlarmRefresh = 10 * time.Millisecond
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })

@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/systemone/systemone-gateway/evaluation"
-	"github.com/systemone/systemone-gateway/policy/route/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
 )
 
 // Config is the `route` block: confidence thresholds pinned to concrete model
@@ -62,7 +62,7 @@ type Config struct {
 	// guarantee_alarm until the group is reset. human needs Queue (and so
 	// the handler's redis): the gateway reads the alarm set the review handler
 	// keeps for the queue's stream under the same key_prefix, every
-	// AlarmRefresh (2s), never on the request path.
+	// DefaultAlarmRefresh (2s), never on the request path.
 	OnAlarm string `json:"on_alarm,omitempty"`
 }
 

@@ -4,16 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // Meta is what a review entry holds beyond the decision.
@@ -42,15 +43,17 @@ func IsReplay(h http.Header) bool {
 	return strings.TrimSpace(h.Get(HeaderReplay)) == "1"
 }
 
-// Enqueue tuning: a slow or lost Redis costs each queued response at
-// most one goroutine for enqueueTimeout, and never more than maxInFlight
-// goroutines in all; entries beyond that are dropped, counted and logged.
+// The queue writer's bounds: at most queueCapacity entries wait for the
+// writer (an entry beyond that is dropped, counted and logged: Enqueue
+// never blocks a response), and each batch of writes is bounded by
+// writeTimeout, so a slow or lost Redis costs waiting entries, never
+// requests.
 const (
-	enqueueTimeout = time.Second
-	maxInFlight    = 64
+	queueCapacity = 64
+	writeTimeout  = time.Second
 )
 
-// queue is the review stream.
+// queue is the review stream and its one writer.
 type queue struct {
 	client         StreamWriter
 	stream         string
@@ -58,19 +61,29 @@ type queue struct {
 	includeContent bool
 	// maxContent bounds the content of one entry (Config.MaxContent).
 	maxContent int64
-	timeout    time.Duration
-	slots      chan struct{} // a token per write in flight
+	timeout    time.Duration // of one batch
 	now        func() time.Time
 	logger     *zap.Logger
 
-	mu     sync.Mutex // orders wg.Add against Close
-	closed bool
-	wg     sync.WaitGroup
+	// waiting holds the entries for the writer, in the order routed.
+	// mu orders sends against Close closing it.
+	waiting chan pending
+	mu      sync.RWMutex
+	closed  bool
+	done    chan struct{} // closed when the writer has returned
 
 	enqueued, audited, dropped, failed atomic.Int64
 }
 
-func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWriter, logger *zap.Logger) *queue {
+// pending is an entry built and waiting for the writer: its fields, and
+// with include_content the fields of its content entry.
+type pending struct {
+	ref     entryRef
+	entry   record.Entry
+	content []string
+}
+
+func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWriter, capacity int, logger *zap.Logger) *queue {
 	maxLen := cfg.MaxLen
 	if maxLen == 0 {
 		maxLen = DefaultMaxLen
@@ -78,17 +91,20 @@ func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWri
 	if maxContent == 0 {
 		maxContent = DefaultMaxContent
 	}
-	return &queue{
+	q := &queue{
 		client:         client,
 		stream:         cfg.Stream,
 		maxLen:         maxLen,
 		includeContent: includeContent,
 		maxContent:     maxContent,
-		timeout:        enqueueTimeout,
-		slots:          make(chan struct{}, maxInFlight),
+		timeout:        writeTimeout,
 		now:            time.Now,
 		logger:         logger,
+		waiting:        make(chan pending, capacity),
+		done:           make(chan struct{}),
 	}
+	go q.run()
+	return q
 }
 
 // Enqueue queues a routed 200 response for review when it routes human or
@@ -101,27 +117,21 @@ func newQueue(cfg Queue, includeContent bool, maxContent int64, client StreamWri
 // active` its probability depends on the confidences only (never the
 // route), and is written in the entry.
 //
-// The write (XADD with MAXLEN ~) runs in the background: Enqueue never
-// blocks and never fails the request. ctx's values are kept, its
-// cancellation is not: the write outlives the request, bounded by a timeout
-// of its own. An entry that cannot be written is logged at warn (ids only,
-// never content) and counted in QueueStats. Without a configured queue it
-// does nothing.
+// The entry is built now (the caller may reuse its buffers) and handed to
+// the queue's one writer, which writes the entries in the order Enqueue
+// was called (see run): Enqueue never blocks and never fails the request.
+// An entry that finds the writer's queue full is dropped; one that Redis
+// does not take (an error, or its batch's timeout) fails. Either is logged
+// at warn (ids only, never content), counted in QueueStats and in
+// systemone_review_entries_lost_total (LostEntriesCollector). Without a
+// configured queue it does nothing.
 //
-// An entry holds the fields request_id, org, model, route, reason, audit
-// ("1" or "0"), audit_p (the probability the audit drew this response
-// with, a decimal string: the audit fraction, the active audit's share or
-// floor; none without an audit), with `audit active` audit_floor and
-// audit_from (its floor and from), questions (a JSON array of
-// {"id","type","route","confidence","answer"}: answer is the noul
-// probability, the choice key or the score; confidence and answer are null
-// when unread), ts (RFC 3339, UTC). With include_content the bodies go to a
-// content entry of their
-// own (see ContentStream), written first, whose id the entry's `content`
-// field names; a body that does not fit in max_content is not stored and
-// `content_too_large` names it ("request", "response" or both, comma
-// separated).
-func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
+// The entry's fields are record.Entry's. With include_content the bodies
+// go to a content entry of their own (see record.ContentStream), written
+// first, whose id the entry's `content` field names; a body that does not
+// fit in max_content is not stored and `content_too_large` names it
+// ("request", "response" or both).
+func (r *Router) Enqueue(_ context.Context, d Decision, meta Meta) {
 	q := r.queue
 	if q == nil || meta.Replay {
 		return // a replay is neither queued nor drawn: the audit stays a sample of the traffic
@@ -133,65 +143,108 @@ func (r *Router) Enqueue(ctx context.Context, d Decision, meta Meta) {
 	if d.Route != RouteHuman && !audit {
 		return
 	}
-	ref := entryRef{requestID: meta.RequestID, org: meta.Org, reason: d.Reason, audit: audit}
-	q.mu.Lock()
-	select {
-	case q.slots <- struct{}{}:
-	default:
-		q.mu.Unlock()
-		q.lost(ref, "review queue saturated, entry dropped", nil, &q.dropped)
+	e, content := r.entry(d, meta, audit, p)
+	w := pending{ref: entryRef{requestID: meta.RequestID, org: meta.Org, reason: d.Reason, audit: audit}, entry: e, content: content}
+	q.mu.RLock()
+	if q.closed {
+		q.mu.RUnlock()
+		// After Close the entry still goes out, alone and untracked: it
+		// comes from a request that reached the config after the handler
+		// released it (see Close), and the Redis client may well be open
+		// still.
+		go q.write([]pending{w})
 		return
 	}
-	// After Close the write still goes out, untracked: it comes from a
-	// request that reached the config after the handler released it (see
-	// Close), and the Redis client may well be open still.
-	tracked := !q.closed
-	if tracked {
-		q.wg.Add(1)
+	select {
+	case q.waiting <- w:
+		q.mu.RUnlock()
+	default:
+		q.mu.RUnlock()
+		q.lost(w.ref, lostDropped, nil, &q.dropped)
 	}
-	q.mu.Unlock()
-
-	// Built now: the caller may reuse its buffers.
-	values, content := r.values(d, meta, audit, p)
-	args := &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: values}
-	var contentArgs *redis.XAddArgs
-	if len(content) > 0 {
-		contentArgs = &redis.XAddArgs{Stream: ContentStream(q.stream), MaxLen: q.maxLen, Approx: true, Values: content}
-	}
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		defer func() {
-			<-q.slots
-			if tracked {
-				q.wg.Done()
-			}
-		}()
-		ctx, cancel := context.WithTimeout(ctx, q.timeout)
-		defer cancel()
-		if contentArgs != nil {
-			// The content first, so that an entry never points at content
-			// not yet written; content whose entry then fails is trimmed
-			// with its stream.
-			id, err := q.client.XAdd(ctx, contentArgs).Result()
-			if err != nil {
-				q.lost(ref, "review queue write failed, entry lost", err, &q.failed)
-				return
-			}
-			args.Values = append(args.Values.([]string), "content", id)
-		}
-		if err := q.client.XAdd(ctx, args).Err(); err != nil {
-			q.lost(ref, "review queue write failed, entry lost", err, &q.failed)
-			return
-		}
-		q.enqueued.Add(1)
-	}()
 }
 
-// Close waits for the writes in flight, each bounded by its timeout. It
-// leaves the Redis client open: the caller owns it. Call it from the
-// handler's Cleanup, once the config's last request is out (drain.Gate).
-// An Enqueue after Close still writes, without Close waiting for it: it
-// can only come from a request that reached the config after its release.
+// run is the queue's writer: it takes every entry waiting, writes them as
+// one batch (write), and goes back for more, until Close closes waiting
+// and the last batch is written. One writer, batches in turn, each in the
+// order routed: the stream lists entries in the order their answers were
+// routed.
+func (q *queue) run() {
+	defer close(q.done)
+	batch := make([]pending, 0, cap(q.waiting))
+	for first := range q.waiting {
+		batch = append(batch[:0], first)
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case w, ok := <-q.waiting:
+				if !ok {
+					break more
+				}
+				batch = append(batch, w)
+			default:
+				break more
+			}
+		}
+		q.write(batch)
+		clear(batch) // let the bodies go
+	}
+}
+
+// write writes a batch within the queue's timeout: the content entries of
+// the batch in one pipeline, for their ids, then the entries, in order, in
+// another. An entry whose content was not written is not written either
+// (it would name content that is not there): it fails, and the entries
+// after it still go.
+func (q *queue) write(batch []pending) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
+	defer cancel()
+	contentIDs := make([]*redis.StringCmd, len(batch))
+	if q.includeContent {
+		pipe := q.client.Pipeline()
+		for i := range batch {
+			if len(batch[i].content) > 0 {
+				contentIDs[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: record.ContentStream(q.stream), MaxLen: q.maxLen, Approx: true, Values: batch[i].content})
+			}
+		}
+		if pipe.Len() > 0 {
+			_, _ = pipe.Exec(ctx) // each command holds its own error
+		}
+	}
+	pipe := q.client.Pipeline()
+	written := make([]*redis.StringCmd, len(batch))
+	for i := range batch {
+		w := &batch[i]
+		if c := contentIDs[i]; c != nil {
+			id, err := c.Result()
+			if err != nil {
+				q.lost(w.ref, lostFailed, err, &q.failed)
+				continue
+			}
+			w.entry.Content = id
+		}
+		written[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: w.entry.Values()})
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, c := range written {
+		switch {
+		case c == nil:
+		case c.Err() != nil:
+			q.lost(batch[i].ref, lostFailed, c.Err(), &q.failed)
+		default:
+			q.enqueued.Add(1)
+		}
+	}
+}
+
+// Close writes the entries waiting, each batch bounded by its timeout, and
+// stops the writer. It leaves the Redis client open: the caller owns it.
+// Call it from the handler's Cleanup, once the config's last request is
+// out (drain.Gate). An Enqueue after Close still writes, without Close
+// waiting for it: it can only come from a request that reached the config
+// after its release.
 func (r *Router) Close() {
 	if r.alarms != nil {
 		r.alarms.close()
@@ -201,9 +254,12 @@ func (r *Router) Close() {
 		return
 	}
 	q.mu.Lock()
-	q.closed = true
+	if !q.closed {
+		q.closed = true
+		close(q.waiting)
+	}
 	q.mu.Unlock()
-	q.wg.Wait()
+	<-q.done
 }
 
 // drawAudit reports whether this response is drawn for the audit, and the
@@ -250,102 +306,63 @@ func (a *activeDraw) probability(d Decision) float64 {
 	return a.floor
 }
 
-// formatProbability writes a probability as a plain decimal string
-// ("0.05", never "5e-02"), the shortest that reads back as the same float.
-func formatProbability(p float64) string {
-	return strconv.FormatFloat(p, 'f', -1, 64)
-}
-
-// entryQuestion is one element of an entry's `questions` field.
-type entryQuestion struct {
-	ID         string   `json:"id"`
-	Type       string   `json:"type"`
-	Route      string   `json:"route"`
-	Confidence *float64 `json:"confidence"`
-	// Answer is a float64 (noul, score) or a string (choice); nil is null.
-	Answer any `json:"answer"`
-}
-
-// ContentStream is the key of the stream that holds the content of the
-// entries of stream, with include_content: "<stream>:content". Each content
-// entry has the fields `request` and `response` (each only when stored);
-// the review entry names its content entry's id in its field `content`.
-// Keeping the bodies apart lets the review API list and filter entries
-// without reading them, and keeps large replies off the Redis that every
-// admission waits on. It is trimmed like stream (MAXLEN ~ maxlen), so the
-// content of at least the newest maxlen entries is kept.
-func ContentStream(stream string) string { return stream + ":content" }
-
-// values returns the entry's fields, in a fixed order, and with
-// include_content the fields of its content entry (nil when no body fits
-// in maxContent, or without include_content). p is the probability the
-// audit drew with, written on every entry, drawn or not, when an audit is
-// configured.
-func (r *Router) values(d Decision, meta Meta, audit bool, p float64) (entry, content []string) {
+// entry builds the review entry of d, and with include_content the
+// content entry of its bodies (nil when no body fits in maxContent, or
+// without include_content). p is the probability the audit drew with,
+// written on every entry, drawn or not, when an audit is configured.
+func (r *Router) entry(d Decision, meta Meta, audit bool, p float64) (record.Entry, []string) {
 	q := r.queue
-	qs := make([]entryQuestion, len(d.Questions))
+	e := record.Entry{
+		RequestID: meta.RequestID, Org: meta.Org, Model: d.Model, Route: d.Route, Reason: d.Reason,
+		Audit: audit, TS: q.now().UTC().Format(time.RFC3339Nano),
+		Questions: make([]record.Question, len(d.Questions)),
+	}
 	for i, dq := range d.Questions {
-		qs[i] = entryQuestion{ID: dq.ID, Type: dq.Type, Route: dq.Route}
+		e.Questions[i] = record.Question{ID: dq.ID, Type: dq.Type, Route: dq.Route}
 		if dq.HasConfidence {
-			qs[i].Confidence = &d.Questions[i].Confidence
+			c := dq.Confidence
+			e.Questions[i].Confidence = &c
 		}
 		if dq.HasAnswer {
+			var answer any = dq.Answer
 			if dq.Type == evaluation.TypeChoice {
-				qs[i].Answer = dq.Choice
-			} else {
-				qs[i].Answer = dq.Answer
+				answer = dq.Choice
+			}
+			if raw, err := json.Marshal(answer); err == nil { // strings and finite floats always marshal
+				e.Questions[i].Answer = raw
 			}
 		}
 	}
-	auditField := "0"
-	if audit {
-		auditField = "1"
-	}
-	questions, err := json.Marshal(qs)
-	if err != nil { // strings and finite floats always marshal
-		questions = []byte("[]")
-	}
-	v := []string{
-		"request_id", meta.RequestID,
-		"org", meta.Org,
-		"model", d.Model,
-		"route", d.Route,
-		"reason", d.Reason,
-		"audit", auditField,
-		"questions", string(questions),
-		"ts", q.now().UTC().Format(time.RFC3339Nano),
-	}
 	if r.audit > 0 || r.active != nil {
-		v = append(v, "audit_p", formatProbability(p))
+		e.AuditP = record.Probability(p)
 	}
 	if a := r.active; a != nil {
 		// What `calibrate --method weighted` needs beyond p: the least
 		// probability any answer could be drawn with, and the confidence
 		// from which every answer is drawn with the share.
-		v = append(v, "audit_floor", formatProbability(a.floor), "audit_from", formatProbability(a.from))
+		e.AuditFloor, e.AuditFrom = record.Probability(a.floor), record.Probability(a.from)
 	}
 	if !q.includeContent {
-		return v, nil
+		return e, nil
 	}
 	// The request first: it is what a reviewer reads and replay re-sends;
 	// the response's answers are in `questions` already.
-	var tooLarge []string
+	var content record.Content
 	room := q.maxContent
 	for _, body := range []struct {
 		name string
 		b    []byte
-	}{{"request", meta.Request}, {"response", meta.Response}} {
+		into **string
+	}{{"request", meta.Request, &content.Request}, {"response", meta.Response, &content.Response}} {
 		if int64(len(body.b)) > room {
-			tooLarge = append(tooLarge, body.name)
+			e.ContentTooLarge = append(e.ContentTooLarge, body.name)
 			continue
 		}
 		room -= int64(len(body.b))
-		content = append(content, body.name, string(body.b))
+		text := string(body.b) // a copy: the caller may reuse its buffers
+		*body.into = &text
 	}
-	if len(tooLarge) > 0 {
-		v = append(v, "content_too_large", strings.Join(tooLarge, ","))
-	}
-	return v, content
+	return e, content.Values()
 }
 
 // entryRef names an entry in logs, without its content.
@@ -354,12 +371,27 @@ type entryRef struct {
 	audit                  bool
 }
 
+// Why an entry was lost: the values of the reason label of
+// systemone_review_entries_lost_total.
+const (
+	// lostDropped: the writer's queue was full; the entry was never sent.
+	lostDropped = "dropped"
+	// lostFailed: Redis did not take the entry (an error or a timeout).
+	lostFailed = "failed"
+)
+
+var lostMessages = map[string]string{
+	lostDropped: "review queue saturated, entry dropped",
+	lostFailed:  "review queue write failed, entry lost",
+}
+
 // lost counts and logs an entry that did not reach the stream. Each is
 // logged, not only the first of a burst: the log is then the only record of
 // a response that needed review.
-func (q *queue) lost(ref entryRef, msg string, err error, counter *atomic.Int64) {
+func (q *queue) lost(ref entryRef, reason string, err error, counter *atomic.Int64) {
 	n := counter.Add(1)
-	if ce := q.logger.Check(zap.WarnLevel, msg); ce != nil {
+	lostEntries().WithLabelValues(reason).Inc()
+	if ce := q.logger.Check(zap.WarnLevel, lostMessages[reason]); ce != nil {
 		fields := []zap.Field{
 			zap.String("stream", q.stream),
 			zap.String("request_id", ref.requestID),
@@ -374,3 +406,20 @@ func (q *queue) lost(ref entryRef, msg string, err error, counter *atomic.Int64)
 		ce.Write(fields...)
 	}
 }
+
+// lostEntries is the process's count of lost review entries: created
+// once, registered on every config's registry (LostEntriesCollector), so
+// that it keeps counting across reloads.
+var lostEntries = sync.OnceValue(func() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "systemone", Name: "review_entries_lost_total",
+		Help: "Review entries that never reached the review stream, by reason: dropped (the queue writer was full) or failed (Redis did not take the write).",
+	}, []string{"reason"})
+})
+
+// LostEntriesCollector returns the collector of
+// systemone_review_entries_lost_total{reason}: review entries that never
+// reached the stream, "dropped" or "failed" (see Enqueue). Register it on
+// every config's registry; registering it twice on one registry gives
+// prometheus.AlreadyRegisteredError.
+func LostEntriesCollector() prometheus.Collector { return lostEntries() }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,11 +20,12 @@ import (
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // queueRouter returns a Router with a queue on a fresh redis-server, its
 // client, and its observed logs.
-func queueRouter(t *testing.T, q Queue, opts ...func(*Config)) (*Router, *redistest.Server, redis.UniversalClient, *observer.ObservedLogs) {
+func queueRouter(t *testing.T, q Queue, opts ...any) (*Router, *redistest.Server, redis.UniversalClient, *observer.ObservedLogs) {
 	t.Helper()
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
@@ -32,17 +34,26 @@ func queueRouter(t *testing.T, q Queue, opts ...func(*Config)) (*Router, *redist
 	return r, srv, client, logs
 }
 
-// routerOn returns a Router with a queue on client, the config changed by
-// opts, and its observed logs.
-func routerOn(t *testing.T, client redis.UniversalClient, q Queue, opts ...func(*Config)) (*Router, *observer.ObservedLogs) {
+// routerOn returns a Router with a queue on client, and its observed logs.
+// Each of opts is a change to the config (a func(*Config), such as
+// withContent) or an Option of New.
+func routerOn(t *testing.T, client redis.UniversalClient, q Queue, opts ...any) (*Router, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := testConfig()
 	cfg.Queue = &q
+	var options []Option
 	for _, o := range opts {
-		o(&cfg)
+		switch o := o.(type) {
+		case func(*Config):
+			o(&cfg)
+		case Option:
+			options = append(options, o)
+		default:
+			t.Fatalf("routerOn: option %T", o)
+		}
 	}
-	r, err := New(cfg, client, "systemone:", zap.New(core))
+	r, err := New(cfg, client, "systemone:", zap.New(core), options...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +173,7 @@ func TestEnqueueIncludeContent(t *testing.T) {
 	if _, inline := v["request"]; inline || v["content"] == nil || v["content_too_large"] != nil {
 		t.Fatalf("entry %v: want the bodies apart, named by content", v)
 	}
-	content := readStream(t, client, ContentStream("review"))
+	content := readStream(t, client, record.ContentStream("review"))
 	if len(content) != 1 || content[0].ID != v["content"] {
 		t.Fatalf("content stream %v, want one entry %v", content, v["content"])
 	}
@@ -199,7 +210,7 @@ func TestEnqueueMaxContent(t *testing.T) {
 	r.Close()
 	entries := readStream(t, client, "review")
 	content := map[string]map[string]any{}
-	for _, m := range readStream(t, client, ContentStream("review")) {
+	for _, m := range readStream(t, client, record.ContentStream("review")) {
 		content[m.ID] = m.Values
 	}
 	if len(entries) != 4 {
@@ -237,16 +248,16 @@ func TestEnqueueMaxContent(t *testing.T) {
 	if e := readStream(t, client, "alone"); len(e) != 1 || e[0].Values["content"] != nil || e[0].Values["content_too_large"] != "request,response" {
 		t.Errorf("entry with nothing stored: %v", e)
 	}
-	if n, _ := client.XLen(context.Background(), ContentStream("alone")).Result(); n != 0 {
+	if n, _ := client.XLen(context.Background(), record.ContentStream("alone")).Result(); n != 0 {
 		t.Errorf("%d content entries for an entry that stores none", n)
 	}
 }
 
 func TestEnqueueTrimsApproximately(t *testing.T) {
-	r, _, client, _ := queueRouter(t, Queue{Stream: "review", MaxLen: 10})
-	d, _ := humanDecision(r)
 	const n = 1000
-	r.queue.slots = make(chan struct{}, n) // room for all: this test is about trimming
+	// Room for all: this test is about trimming.
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review", MaxLen: 10}, WithQueueCapacity(n))
+	d, _ := humanDecision(r)
 	for i := range n {
 		r.Enqueue(context.Background(), d, Meta{RequestID: strconv.Itoa(i)})
 	}
@@ -300,46 +311,74 @@ func TestEnqueueRedisDown(t *testing.T) {
 }
 
 func TestEnqueueSaturatedDropsWithoutBlocking(t *testing.T) {
-	r, srv, client, logs := queueRouter(t, Queue{Stream: "review"}, withContent)
-	r.queue.slots = make(chan struct{}, 1)
+	// Room for one entry waiting while the writer holds another.
+	r, srv, client, logs := queueRouter(t, Queue{Stream: "review"}, withContent, WithQueueCapacity(1))
 	r.queue.timeout = 5 * time.Second // the paused write must outlast the test's steps
 	d, resp := humanDecision(r)
 
-	// Writes block while clients are paused: the first holds the only slot.
+	// Writes block while clients are paused: the writer holds req-1,
+	// req-2 waits, req-3 finds no room.
 	if reply, err := srv.Do("CLIENT", "PAUSE", "10000", "WRITE"); err != nil || reply != "+OK" {
 		t.Fatalf("CLIENT PAUSE: %q %v", reply, err)
 	}
 	r.Enqueue(context.Background(), d, Meta{RequestID: "req-1", Org: "acme", Request: secretRequest, Response: resp})
+	for len(r.queue.waiting) != 0 { // the writer took req-1 and is blocked writing it
+		runtime.Gosched()
+	}
 	r.Enqueue(context.Background(), d, Meta{RequestID: "req-2", Org: "acme", Request: secretRequest, Response: resp})
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-3", Org: "acme", Request: secretRequest, Response: resp})
 	if s := r.QueueStats(); s.Dropped != 1 {
-		t.Fatalf("stats %+v, want the second entry dropped at once", s)
+		t.Fatalf("stats %+v, want the third entry dropped at once", s)
 	}
 	if reply, err := srv.Do("CLIENT", "UNPAUSE"); err != nil || reply != "+OK" {
 		t.Fatalf("CLIENT UNPAUSE: %q %v", reply, err)
 	}
 	r.Close()
 
-	if s := r.QueueStats(); s != (QueueStats{Enqueued: 1, Dropped: 1}) {
-		t.Errorf("stats %+v, want 1 enqueued, 1 dropped", s)
+	if s := r.QueueStats(); s != (QueueStats{Enqueued: 2, Dropped: 1}) {
+		t.Errorf("stats %+v, want 2 enqueued, 1 dropped", s)
 	}
-	if msgs := readStream(t, client, "review"); len(msgs) != 1 || msgs[0].Values["request_id"] != "req-1" {
-		t.Errorf("stream %v, want req-1 only", msgs)
+	if msgs := readStream(t, client, "review"); len(msgs) != 2 || msgs[0].Values["request_id"] != "req-1" || msgs[1].Values["request_id"] != "req-2" {
+		t.Errorf("stream %v, want req-1 then req-2", msgs)
 	}
 	entries := logs.FilterMessage("review queue saturated, entry dropped").AllUntimed()
-	if len(entries) != 1 || entries[0].ContextMap()["request_id"] != "req-2" {
-		t.Errorf("logs %v, want one warning naming req-2", logs.AllUntimed())
+	if len(entries) != 1 || entries[0].ContextMap()["request_id"] != "req-3" {
+		t.Errorf("logs %v, want one warning naming req-3", logs.AllUntimed())
 	}
 	assertNoContent(t, logs)
 
 	// Closed: a later entry (a request that reached the config after its
 	// release) is still written.
-	r.Enqueue(context.Background(), d, Meta{RequestID: "req-3"})
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-4"})
 	deadline := time.Now().Add(5 * time.Second)
-	for r.QueueStats().Enqueued != 2 && time.Now().Before(deadline) {
+	for r.QueueStats().Enqueued != 3 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if msgs := readStream(t, client, "review"); len(msgs) != 2 || msgs[1].Values["request_id"] != "req-3" {
-		t.Errorf("after Close: stream %v, stats %+v, want req-3 written", msgs, r.QueueStats())
+	if msgs := readStream(t, client, "review"); len(msgs) != 3 || msgs[2].Values["request_id"] != "req-4" {
+		t.Errorf("after Close: stream %v, stats %+v, want req-4 written", msgs, r.QueueStats())
+	}
+}
+
+// TestEnqueueInRoutedOrder: entries, with their content, reach the stream
+// in the order Enqueue was called, however the writer batches them.
+func TestEnqueueInRoutedOrder(t *testing.T) {
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review"}, withContent, WithQueueCapacity(500))
+	d, resp := humanDecision(r)
+	const n = 500
+	for i := range n {
+		r.Enqueue(context.Background(), d, Meta{RequestID: strconv.Itoa(i), Request: []byte(`{"n":` + strconv.Itoa(i) + `}`), Response: resp})
+	}
+	r.Close()
+	msgs := readStream(t, client, "review")
+	content := readStream(t, client, record.ContentStream("review"))
+	if len(msgs) != n || len(content) != n {
+		t.Fatalf("%d entries, %d content entries, want %d", len(msgs), len(content), n)
+	}
+	for i, m := range msgs {
+		e := record.ParseEntry(m.ID, m.Values)
+		if e.RequestID != strconv.Itoa(i) || e.Content != content[i].ID || content[i].Values["request"] != `{"n":`+strconv.Itoa(i)+`}` {
+			t.Fatalf("entry %d: %+v with content %v", i, e, content[i])
+		}
 	}
 }
 
@@ -467,10 +506,9 @@ func TestAuditDrawUniform(t *testing.T) {
 // same calls.
 func TestAuditDrawIndependentOfRoute(t *testing.T) {
 	audited := func(d func(r *Router) Decision) []string {
-		r, _, client, _ := queueRouter(t, Queue{Stream: "review"})
+		r, _, client, _ := queueRouter(t, Queue{Stream: "review"}, WithQueueCapacity(200)) // room for all: none dropped
 		r.audit = 0.3
 		r.rng = rand.New(rand.NewPCG(7, 7))
-		r.queue.slots = make(chan struct{}, 200) // room for all: none dropped
 		for i := range 200 {
 			r.Enqueue(context.Background(), d(r), Meta{RequestID: fmt.Sprintf("%03d", i)})
 		}

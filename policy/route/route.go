@@ -5,10 +5,10 @@
 package route
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
@@ -111,10 +111,11 @@ type orgLine struct {
 	human bool
 }
 
-// StreamWriter is the part of a go-redis client the review queue uses; the
-// handler's *redis.Client or *redis.ClusterClient is one.
+// StreamWriter is the part of a go-redis client the review queue uses: it
+// writes each batch of entries as pipelined XADDs. The handler's
+// *redis.Client or *redis.ClusterClient is one.
 type StreamWriter interface {
-	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
+	Pipeline() redis.Pipeliner
 }
 
 // Store is the part of a go-redis client a Router uses: the queue's writes
@@ -131,7 +132,12 @@ type Store interface {
 // under which the review handler keeps the alarm set of the queue's stream
 // (guarantee.AlarmKey). A nil logger discards the queue's and the watch's
 // logs. The audit draw is seeded at random. Close stops what New starts.
-func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, error) {
+// opts change the defaults of what New starts (see Option).
+func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Option) (*Router, error) {
+	o := options{alarmRefresh: DefaultAlarmRefresh, queueCapacity: queueCapacity}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg = cfg.replaced(caddy.NewReplacer())
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -154,14 +160,43 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger) (*Router, 
 		if client == nil {
 			return nil, fmt.Errorf("queue %q needs the systemone block's redis", q.Stream)
 		}
-		r.queue = newQueue(*q, cfg.IncludeContent, cfg.MaxContent, client, logger)
+		r.queue = newQueue(*q, cfg.IncludeContent, cfg.MaxContent, client, o.queueCapacity, logger)
 	}
 	// on_alarm human has a queue (Validate), and so the client checked
 	// above: the review handler keeps the alarms of the queue's stream.
 	if cfg.OnAlarm == OnAlarmHuman {
-		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), logger)
+		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), o.alarmRefresh, logger)
 	}
 	return r, nil
+}
+
+// Option sets what New starts beyond its Config: periods and sizes of the
+// Router's background work, and where it reports.
+type Option func(*options)
+
+type options struct {
+	alarmRefresh  time.Duration
+	queueCapacity int
+}
+
+// WithAlarmRefresh sets how often the alarm watch of `on_alarm human`
+// reads the alarm set (default DefaultAlarmRefresh, 2s); d > 0.
+func WithAlarmRefresh(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.alarmRefresh = d
+		}
+	}
+}
+
+// WithQueueCapacity sets how many review entries may wait for the queue's
+// writer before the next is dropped (default 64); n > 0.
+func WithQueueCapacity(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.queueCapacity = n
+		}
+	}
 }
 
 // Signal is what earlier steps of the request force on the route.

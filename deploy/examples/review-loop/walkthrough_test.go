@@ -17,8 +17,8 @@ import (
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/pinblock"
 	"github.com/systemone/systemone-gateway/internal/redistest"
-	"github.com/systemone/systemone-gateway/policy/route/calibrate"
-	"github.com/systemone/systemone-gateway/policy/route/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
 )
 
 // TestWalkthrough runs docs/walkthrough.md as printed, against the example

@@ -23,7 +23,7 @@ import (
 // grid growing 3% a step. It reports labels-uniform, labels-active and
 // saving-% (1 - active/uniform); it asserts nothing.
 //
-//	go test -run '^$' -bench BenchmarkActiveAudit ./policy/route/calibrate/
+//	go test -run '^$' -bench BenchmarkActiveAudit ./internal/review/calibrate/
 func BenchmarkActiveAudit(b *testing.B) {
 	const delta, reps, most = 0.05, 41, 6000
 	for _, c := range []curve{logisticCurve, highCurve, lateCurve} {

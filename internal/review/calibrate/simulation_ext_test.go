@@ -3,7 +3,7 @@ package calibrate_test
 import (
 	"testing"
 
-	"github.com/systemone/systemone-gateway/policy/route/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 )
 
 // simulationOnly is the package's own (simulation_test.go), for its external

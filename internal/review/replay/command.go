@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -15,8 +16,10 @@ import (
 // no flag takes it, so that it never shows in a process list or a history.
 const APIKeyEnv = "SYSTEMONE_API_KEY"
 
-func init() {
-	caddycmd.RegisterCommand(caddycmd.Command{
+// Command returns the `replay` subcommand, for the binary to register
+// (caddycmd.RegisterCommand) beside its modules.
+func Command() caddycmd.Command {
+	return caddycmd.Command{
 		Name:  "replay",
 		Usage: "--review <url> --upstream <base_url> --model <version> [--concurrency <n>] [--price <yuan>] [--out <file>]",
 		Short: "Re-asks the labelled requests to a new model version, for calibrate",
@@ -53,11 +56,8 @@ status is 1 when any entry failed.
 Defaults: --concurrency 4, --price 0.042.
 `,
 		CobraFunc: setUp,
-	})
+	}
 }
-
-// commandSleep is the command's wait before a retry; tests replace it.
-var commandSleep = sleep
 
 func setUp(cmd *cobra.Command) {
 	fl := cmd.Flags()
@@ -69,13 +69,15 @@ func setUp(cmd *cobra.Command) {
 	fl.String("out", "", "write the lines to this file instead of standard output")
 	cmd.Args = cobra.NoArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return run(cmd, os.Getenv(APIKeyEnv))
+		return run(cmd, os.Getenv(APIKeyEnv), sleep)
 	}
 }
 
-func run(cmd *cobra.Command, apiKey string) error {
+// run runs the command with the API key apiKey, waiting before a retry
+// with wait.
+func run(cmd *cobra.Command, apiKey string, wait func(context.Context, time.Duration) error) error {
 	fl := cmd.Flags()
-	opts := Options{APIKey: apiKey, Log: cmd.ErrOrStderr(), Sleep: commandSleep}
+	opts := Options{APIKey: apiKey, Log: cmd.ErrOrStderr(), Sleep: wait}
 	opts.Review, _ = fl.GetString("review")
 	opts.Upstream, _ = fl.GetString("upstream")
 	opts.Model, _ = fl.GetString("model")

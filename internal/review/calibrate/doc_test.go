@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/systemone/systemone-gateway/policy/route/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 )
 
 // docExample is the labels of docs/calibration.md's example: 300 audited

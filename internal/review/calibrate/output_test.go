@@ -267,13 +267,18 @@ func TestCommandErrors(t *testing.T) {
 	}
 }
 
-func TestCommandRegistered(t *testing.T) {
-	cmd, ok := caddycmd.Commands()["calibrate"]
-	if !ok {
-		t.Fatal("calibrate is not a Caddy command")
+// TestCommands: the package offers calibrate and verify, for the binary to
+// register; registering them is the binary's (see the root module_test.go).
+func TestCommands(t *testing.T) {
+	byName := map[string]caddycmd.Command{}
+	for _, c := range Commands() {
+		byName[c.Name] = c
 	}
-	if cmd.CobraFunc == nil || !strings.Contains(cmd.Usage, "--target <agreement>") {
-		t.Errorf("command: %+v", cmd)
+	if cmd := byName["calibrate"]; cmd.CobraFunc == nil || !strings.Contains(cmd.Usage, "--target <agreement>") {
+		t.Errorf("calibrate: %+v", cmd)
+	}
+	if cmd := byName["verify"]; cmd.CobraFunc == nil || len(byName) != 2 {
+		t.Errorf("commands %v", byName)
 	}
 }
 

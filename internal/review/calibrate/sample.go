@@ -6,34 +6,19 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
+
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
-// RouteReplay is the `route` of a `/labels` line written by `replay`: its
-// confidence and answer are the new version's, its draw (audit_p) the
-// original entry's.
-const RouteReplay = "replay"
+// RouteReplay is the `route` of a `/labels` line written by `replay`.
+const RouteReplay = record.RouteReplay
 
-// EntryID is a review stream entry id, "<milliseconds>-<sequence>": the
-// order in which entries were queued, fixed before any label exists.
+// EntryID is a line's review stream entry id (record.ID): the order in
+// which entries were queued, fixed before any label exists.
 type EntryID struct {
 	Ms, Seq uint64
 	// Set is false for a line without an `entry` field.
 	Set bool
-}
-
-// ParseEntryID reads a stream entry id such as "1764000000000-0".
-func ParseEntryID(s string) (EntryID, bool) {
-	ms, seq, ok := strings.Cut(s, "-")
-	if !ok {
-		return EntryID{}, false
-	}
-	a, err1 := strconv.ParseUint(ms, 10, 64)
-	b, err2 := strconv.ParseUint(seq, 10, 64)
-	if err1 != nil || err2 != nil {
-		return EntryID{}, false
-	}
-	return EntryID{Ms: a, Seq: b, Set: true}, true
 }
 
 // Compare orders entry ids as the stream does: by milliseconds, then by
@@ -55,7 +40,7 @@ func (a EntryID) Compare(b EntryID) int {
 // correction), the label stored last (`ts`, then the later line) is the
 // one kept: the labels as they are now.
 type Sample struct {
-	records   []record
+	records   []compactLine
 	names     []groupName
 	nameIndex map[groupName]uint32
 	draws     []Draw
@@ -72,8 +57,8 @@ type Sample struct {
 // groupName is a line's (model, type, question), held once per sample.
 type groupName struct{ model, typ, question string }
 
-// record is one line as the calibration keeps it: 72 bytes.
-type record struct {
+// compactLine is one line as the calibration keeps it: 72 bytes.
+type compactLine struct {
 	entryMs, entrySeq uint64
 	labelled          int64     // `ts`, ns since the epoch; 0 when unknown
 	key               [2]uint64 // hash of (model, request_id, question)
@@ -99,7 +84,7 @@ const (
 	unkeyed
 )
 
-func (r *record) is(f recordFlags) bool { return r.flags&f != 0 }
+func (r *compactLine) is(f recordFlags) bool { return r.flags&f != 0 }
 
 // NewSample returns an empty sample.
 func NewSample() *Sample {
@@ -143,7 +128,7 @@ func (s *Sample) Add(l Line) {
 		s.orgs = append(s.orgs, l.Org)
 		s.orgIndex[l.Org] = oi
 	}
-	r := record{
+	r := compactLine{
 		entryMs: l.Entry.Ms, entrySeq: l.Entry.Seq, labelled: l.Labelled,
 		index: uint32(s.added), line: uint32(s.added), name: ni, draw: di, org: oi, confidence: l.Confidence,
 	}
@@ -190,13 +175,13 @@ func (s *Sample) dedupe() {
 		return
 	}
 	s.deduped = true
-	order := func(a, b record) int {
+	order := func(a, b compactLine) int {
 		return cmp.Or(
 			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq),
 			cmp.Compare(b.labelled, a.labelled), // the latest label first
 			cmp.Compare(b.index, a.index))       // then the later line
 	}
-	slices.SortFunc(s.records, func(a, b record) int {
+	slices.SortFunc(s.records, func(a, b compactLine) int {
 		// Unkeyed records sort last, apart, in input order.
 		ua, ub := a.is(unkeyed), b.is(unkeyed)
 		if ua || ub {
@@ -221,7 +206,7 @@ func (s *Sample) dedupe() {
 		kept = append(kept, r)
 	}
 	s.records = kept
-	slices.SortFunc(s.records, func(a, b record) int { return cmp.Compare(a.index, b.index) })
+	slices.SortFunc(s.records, func(a, b compactLine) int { return cmp.Compare(a.index, b.index) })
 	for i := range s.records {
 		s.records[i].index = uint32(i)
 	}

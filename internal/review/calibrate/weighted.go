@@ -1,8 +1,6 @@
 package calibrate
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -13,7 +11,7 @@ const (
 	// MethodAnytime, the default, is anytime.go's: valid for any rule for
 	// when to look, each entry one observation, in entry order.
 	MethodAnytime = "anytime"
-	// MethodUniform is the contract's one-look method: audited lines are a
+	// MethodUniform is the documented one-look method: audited lines are a
 	// uniform sample, each labelled question one observation, each
 	// candidate tested with the Clopper-Pearson bound. Valid for one look
 	// at a number of labels fixed in advance.
@@ -60,25 +58,6 @@ type Draw struct {
 	// probability P's share, and the others with Floor.
 	Active      bool
 	Floor, From float64
-}
-
-// readDraw reads the optional audit_p, audit_floor and audit_from of a
-// `/labels` line: numbers in 0..1, floor and from together, a floor above
-// 0 and at most audit_p.
-func readDraw(fields map[string]json.RawMessage) (Draw, error) {
-	var values [3]*float64
-	for i, name := range []string{"audit_p", "audit_floor", "audit_from"} {
-		raw, ok := fields[name]
-		if !ok || bytes.Equal(raw, []byte("null")) {
-			continue
-		}
-		var v float64
-		if json.Unmarshal(raw, &v) != nil || !(v >= 0 && v <= 1) {
-			return Draw{}, fmt.Errorf("%q is %s, want a number from 0 to 1", name, abbreviate(raw))
-		}
-		values[i] = &v
-	}
-	return makeDraw(values[0], values[1], values[2])
 }
 
 // makeDraw checks and assembles a line's draw from its audit_p,

@@ -43,7 +43,7 @@ func candidates(scored []point) []candidate {
 	return out
 }
 
-// labelsNeeded is the contract's `labels_needed` for a group without a
+// labelsNeeded is the documented `labels_needed` for a group without a
 // threshold: the smallest m >= 0 such that m more audited lines, all
 // agreeing and all at the group's highest confidence (at 1 when no line has
 // a confidence), would give the group a threshold under the walk.

@@ -17,7 +17,7 @@ import (
 // covers. docs/calibration.md ("Power: how many labels") gives the
 // figures of
 //
-//	go test ./policy/route/calibrate/ -run TestPowerFigures -count=1 -v -args -sim.power
+//	go test ./internal/review/calibrate/ -run TestPowerFigures -count=1 -v -args -sim.power
 //
 // and BENCHMARKS.md the command. Without -sim.power only a small smoke
 // run checks the machinery against Calibrate itself.

@@ -35,7 +35,7 @@ func TestLabelsOrderAndMalformedLines(t *testing.T) {
 		{"apart", lines[0] + "\n" + lines[2] + "\n" + lines[1] + "\n", "line 3: entry 1-0 comes after entry 2-0: the review API exports an entry's lines together, in entry order", 1, 1},
 		{"backwards", lines[0] + "\n" + lines[1] + "\n" + lines[4] + "\n" + lines[3] + "\n", "line 4: entry 3-0 comes after entry 4-0", 1, 2},
 		{"malformed", lines[0] + "\n" + lines[1] + "\n" + lines[4] + "\n" + `{"entry":"5-0"}` + "\n", "line 4 is not a /labels line", 1, 2},
-		{"not an id", strings.Replace(lines[0], `"1-0"`, `"x"`, 1) + "\n", `line 1: entry "x" is not a stream entry id`, 0, 0},
+		{"not an id", strings.Replace(lines[0], `"1-0"`, `"x"`, 1) + "\n", `line 1 is not a /labels line: "entry" is "x", want a stream entry id`, 0, 0},
 		{"too long", lines[0] + "\n" + lines[1] + "\n" + strings.Repeat(" ", maxLine+1) + "\n", "line 3 is longer than", 0, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,7 +178,7 @@ func TestWriteFailureStops(t *testing.T) {
 			return
 		}
 		for n := range entries {
-			fmt.Fprintf(w, `{"entry":"%d-0","question":"q","type":"noul","label":true}`+"\n", n+1)
+			fmt.Fprintf(w, `{"entry":"%d-0","model":"service-1.0.0","question":"q","type":"noul","confidence":0.9,"answer":0.9,"label":true,"agree":true,"audit":true}`+"\n", n+1)
 		}
 	}))
 	t.Cleanup(review.Close)

@@ -8,9 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/internal/reviewapi"
 )
 
@@ -31,7 +30,7 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	var cur labelled
-	var curID streamID
+	var curID record.ID
 	held := 0
 	num := 0
 	for sc.Scan() {
@@ -40,34 +39,29 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 		if len(raw) == 0 {
 			continue
 		}
-		var f struct {
-			Entry    *string         `json:"entry"`
-			Question *string         `json:"question"`
-			Type     *string         `json:"type"`
-			Label    json.RawMessage `json:"label"`
+		rec, err := record.ParseLabel(raw)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: line %d is not a /labels line: %v", name, num, err)
+		case rec.Entry == "" || len(rec.Label) == 0:
+			return fmt.Errorf("%s: line %d is not a /labels line: replay needs its entry and label", name, num)
 		}
-		if err := json.Unmarshal(raw, &f); err != nil || f.Entry == nil || f.Question == nil || f.Type == nil || len(f.Label) == 0 {
-			return fmt.Errorf("%s: line %d is not a /labels line (an object with entry, question, type and label)", name, num)
-		}
-		if *f.Entry != cur.entry || cur.entry == "" {
-			id, ok := parseStreamID(*f.Entry)
-			switch {
-			case !ok:
-				return fmt.Errorf("%s: line %d: entry %q is not a stream entry id", name, num, *f.Entry)
-			case cur.entry != "" && !curID.before(id):
-				return fmt.Errorf("%s: line %d: entry %s comes after entry %s: the review API exports an entry's lines together, in entry order", name, num, *f.Entry, cur.entry)
+		if rec.Entry != cur.entry || cur.entry == "" {
+			id, _ := record.ParseID(rec.Entry) // ParseLabel checked it
+			if cur.entry != "" && curID.Compare(id) >= 0 {
+				return fmt.Errorf("%s: line %d: entry %s comes after entry %s: the review API exports an entry's lines together, in entry order", name, num, rec.Entry, cur.entry)
 			}
 			if cur.entry != "" && !emit(cur) {
 				return nil
 			}
-			cur, curID, held = labelled{entry: *f.Entry}, id, 0
+			cur, curID, held = labelled{entry: rec.Entry}, id, 0
 		}
 		held += len(raw)
 		if held > maxEntryBytes {
 			cur.tooLarge, cur.lines = true, nil // counted as failed, read past
 			continue
 		}
-		cur.lines = append(cur.lines, line{raw: bytes.Clone(raw), question: *f.Question, typ: *f.Type, label: f.Label})
+		cur.lines = append(cur.lines, line{raw: bytes.Clone(raw), question: rec.Question, typ: rec.Type, label: rec.Label})
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -79,23 +73,6 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 		emit(cur)
 	}
 	return nil
-}
-
-// streamID is a review stream entry id, <milliseconds>-<sequence>.
-type streamID struct{ ms, seq uint64 }
-
-func parseStreamID(s string) (streamID, bool) {
-	msText, seqText, ok := strings.Cut(s, "-")
-	if !ok {
-		return streamID{}, false
-	}
-	ms, err1 := strconv.ParseUint(msText, 10, 64)
-	seq, err2 := strconv.ParseUint(seqText, 10, 64)
-	return streamID{ms, seq}, err1 == nil && err2 == nil
-}
-
-func (a streamID) before(b streamID) bool {
-	return a.ms < b.ms || a.ms == b.ms && a.seq < b.seq
 }
 
 // storedRequest returns the stored request body of an entry: found is false when

@@ -19,7 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/systemone/systemone-gateway/policy/route"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -71,7 +71,7 @@ func TestAgree(t *testing.T) {
 		{"choice", `"a"`, `"a"`, true}, {"choice", `"a"`, `"b"`, false}, {"choice", `"a"`, "null", false},
 		{"score", "2", "2.5", true}, {"score", "2", "1.5", true}, {"score", "2", "2.51", false}, {"score", "0", "null", false},
 	} {
-		if got := route.Agree(tt.typ, json.RawMessage(tt.label), json.RawMessage(tt.answer)); got != tt.want {
+		if got := record.Agree(tt.typ, json.RawMessage(tt.label), json.RawMessage(tt.answer)); got != tt.want {
 			t.Errorf("Agree(%s, %s, %s) = %v", tt.typ, tt.label, tt.answer, got)
 		}
 	}
@@ -279,9 +279,16 @@ func roundNoul(p float64) float64 {
 // runCommand runs the replay command as Caddy's CLI sets it up.
 func runCommand(t *testing.T, apiKey string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return runCommandWaiting(t, apiKey, sleep, args...)
+}
+
+// runCommandWaiting runs the command as runCommand does, waiting before a
+// retry with wait.
+func runCommandWaiting(t *testing.T, apiKey string, wait func(context.Context, time.Duration) error, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	cmd := &cobra.Command{Use: "replay", SilenceUsage: true, SilenceErrors: true}
 	setUp(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return run(cmd, apiKey) }
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return run(cmd, apiKey, wait) }
 	var out, errb bytes.Buffer
 	cmd.SetArgs(args)
 	cmd.SetOut(&out)
@@ -308,10 +315,9 @@ func TestCommand(t *testing.T) {
 	// is the last line on standard error, and the exit status is 1. The
 	// waits are the command's, not taken.
 	var waited atomic.Int64 // the replay's workers wait concurrently
-	commandSleep = func(context.Context, time.Duration) error { waited.Add(1); return nil }
-	t.Cleanup(func() { commandSleep = sleep })
+	noWait := func(context.Context, time.Duration) error { waited.Add(1); return nil }
 	out := t.TempDir() + "/replayed.ndjson"
-	stdout, stderr, err := runCommand(t, "k", "--review", f.review.URL+"/review", "--upstream", f.upstream.URL, "--model", "service-2.0.0", "--out", out, "--price", "1")
+	stdout, stderr, err := runCommandWaiting(t, "k", noWait, "--review", f.review.URL+"/review", "--upstream", f.upstream.URL, "--model", "service-2.0.0", "--out", out, "--price", "1")
 	if err == nil || stdout != "" || waited.Load() != 4 {
 		t.Errorf("with failures: err %v, stdout %q, %d waits", err, stdout, waited.Load())
 	}

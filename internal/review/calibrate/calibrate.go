@@ -15,7 +15,7 @@
 //     sequence with a fallback start.
 //   - MethodWeighted (weighted.go): the same, with importance weights for
 //     the lines of the active audit.
-//   - MethodUniform (this file): the contract's one-look method, each
+//   - MethodUniform (this file): the documented one-look method, each
 //     labelled question one observation, Clopper-Pearson bounds walked in a
 //     fixed sequence: valid for one look at a number of labels fixed in
 //     advance.
@@ -229,7 +229,7 @@ type Group struct {
 	// 1/audit_p under MethodWeighted). 0 without a threshold.
 	Coverage float64
 
-	// LabelsNeeded is the contract's `labels_needed`: 0 with a threshold;
+	// LabelsNeeded is the documented `labels_needed`: 0 with a threshold;
 	// without one, the fewest more audited entries, each one agreeing
 	// question at Top, that would give the group a threshold under the
 	// same method.
@@ -392,7 +392,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		}
 	}
 	// Audited records by group, then entry order; the others last.
-	groupOfRecord := func(r *record) int {
+	groupOfRecord := func(r *compactLine) int {
 		if !r.is(audited) {
 			return len(keys)
 		}
@@ -402,7 +402,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 		}
 		return g
 	}
-	slices.SortFunc(s.records, func(a, b record) int {
+	slices.SortFunc(s.records, func(a, b compactLine) int {
 		return cmp.Or(cmp.Compare(groupOfRecord(&a), groupOfRecord(&b)),
 			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq), cmp.Compare(a.index, b.index))
 	})
@@ -603,7 +603,7 @@ func MinLines(target, delta float64) int {
 	return n
 }
 
-// typeOrder is the order types are listed in: the contract's.
+// typeOrder is the order types are listed in, as docs/calibration.md lists them.
 var typeOrder = []string{evaluation.TypeNoul, evaluation.TypeChoice, evaluation.TypeScore}
 
 func compareTypes(a, b string) int {

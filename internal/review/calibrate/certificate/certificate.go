@@ -25,9 +25,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
-// Certificate is one threshold's certificate, the contract's fields.
+// Certificate is one threshold's certificate, the documented fields.
 type Certificate struct {
 	// ID is derived from every other field (see Seal); "" until sealed.
 	ID string `json:"id"`
@@ -208,7 +210,7 @@ func sameFloat(a, b float64) bool {
 	return a == b || math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
 }
 
-// Digest hashes a group's audited `/labels` lines the contract's way:
+// Digest hashes a group's audited `/labels` lines the documented way:
 // each line as its compact JSON with keys sorted and values as in the
 // line, followed by a newline, the lines sorted by `entry` then
 // `question`. Add the lines after duplicates are dropped; order of adding
@@ -220,7 +222,7 @@ type Digest struct {
 }
 
 type canonical struct {
-	entry    streamID
+	entry    record.ID
 	question string
 	text     []byte
 }
@@ -256,7 +258,7 @@ func (d *Digest) Add(raw []byte) error {
 	_ = json.Unmarshal(fields["entry"], &entry)
 	_ = json.Unmarshal(fields["question"], &c.question)
 	_ = json.Unmarshal(fields["ts"], &ts)
-	id, ok := parseStreamID(entry)
+	id, ok := record.ParseID(entry)
 	if !ok {
 		return fmt.Errorf("entry %q is not a stream entry id", entry)
 	}
@@ -272,7 +274,7 @@ func (d *Digest) Add(raw []byte) error {
 // among them ("" when none had one).
 func (d *Digest) Sum() (sha string, until string) {
 	slices.SortFunc(d.lines, func(a, b canonical) int {
-		return cmp.Or(a.entry.compare(b.entry), strings.Compare(a.question, b.question))
+		return cmp.Or(a.entry.Compare(b.entry), strings.Compare(a.question, b.question))
 	})
 	h := sha256.New()
 	for _, l := range d.lines {
@@ -283,26 +285,6 @@ func (d *Digest) Sum() (sha string, until string) {
 
 // Len is the number of lines added.
 func (d *Digest) Len() int { return len(d.lines) }
-
-// streamID is a Redis stream entry id, <ms>-<seq>, compared as numbers.
-type streamID struct{ ms, seq uint64 }
-
-func parseStreamID(s string) (streamID, bool) {
-	ms, seq, ok := strings.Cut(s, "-")
-	if !ok {
-		return streamID{}, false
-	}
-	a, err1 := strconv.ParseUint(ms, 10, 64)
-	b, err2 := strconv.ParseUint(seq, 10, 64)
-	if err1 != nil || err2 != nil {
-		return streamID{}, false
-	}
-	return streamID{a, b}, true
-}
-
-func (a streamID) compare(b streamID) int {
-	return cmp.Or(cmp.Compare(a.ms, b.ms), cmp.Compare(a.seq, b.seq))
-}
 
 // Until reports whether a line's `ts` is at or before until (both RFC
 // 3339): the lines verify recomputes a certificate from. A line without a

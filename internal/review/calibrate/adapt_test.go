@@ -17,8 +17,8 @@ import (
 
 	_ "github.com/systemone/systemone-gateway" // the systemone directive
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 	"github.com/systemone/systemone-gateway/policy/route"
-	"github.com/systemone/systemone-gateway/policy/route/calibrate"
 )
 
 // adaptPins pastes a fragment into a systemone block, adapts the Caddyfile

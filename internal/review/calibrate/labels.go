@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/internal/reviewapi"
 )
 
@@ -164,151 +165,58 @@ func scanLines(r io.Reader, add func(Line, []byte)) error {
 	return nil
 }
 
-// wireLine is a `/labels` line as the fast path decodes it: one
-// json.Unmarshal into typed fields, the fields it does not name skipped.
-// A nil field was absent or null; a line the fast path cannot take whole
-// (a null confidence, a field missing or of the wrong type) is read again
-// by parseLineStrict, which tells the two apart and says what is wrong.
-type wireLine struct {
-	Entry      *string  `json:"entry"`
-	RequestID  *string  `json:"request_id"`
-	Model      *string  `json:"model"`
-	Type       *string  `json:"type"`
-	Question   *string  `json:"question"`
-	Confidence *float64 `json:"confidence"`
-	Agree      *bool    `json:"agree"`
-	Audit      *bool    `json:"audit"`
-	AuditP     *float64 `json:"audit_p"`
-	AuditFloor *float64 `json:"audit_floor"`
-	AuditFrom  *float64 `json:"audit_from"`
-	Route      *string  `json:"route"`
-	TS         *string  `json:"ts"`
-	Org        *string  `json:"org"`
-}
-
+// parseLine reads one `/labels` line (record.ParseLabel) into what the
+// calibration keeps of it.
 func parseLine(raw []byte) (Line, error) {
-	var w wireLine
-	if json.Unmarshal(raw, &w) != nil || w.Model == nil || w.Type == nil || w.Question == nil ||
-		w.Agree == nil || w.Audit == nil || w.Confidence == nil {
-		return parseLineStrict(raw)
-	}
-	l := Line{Model: *w.Model, Type: *w.Type, Question: *w.Question, Agree: *w.Agree, Audit: *w.Audit,
-		Confidence: *w.Confidence, HasConfidence: true}
-	if !(l.Confidence >= 0 && l.Confidence <= 1) {
-		return parseLineStrict(raw) // says so, with the value as written
-	}
-	var err error
-	if l.Draw, err = makeDraw(w.AuditP, w.AuditFloor, w.AuditFrom); err != nil {
-		return parseLineStrict(raw)
-	}
-	if err := l.readOptional(w.Entry, w.RequestID, w.Route, w.TS, w.Org); err != nil {
+	rec, err := record.ParseLabel(raw)
+	if err != nil {
 		return Line{}, err
 	}
-	return l.finish()
+	return LineOf(&rec)
 }
 
-// readOptional reads the fields that order, identify and place a line:
-// entry, request_id, route, ts and org. Each may be absent (a file written
-// by hand or by an older gateway); an entry that is there must be a
-// stream id.
-func (l *Line) readOptional(entry, requestID, route, ts, org *string) error {
-	if org != nil {
-		l.Org = *org
+// AddLabel adds one `/labels` line, already read (the review API hands its
+// stored lines over without writing them out as text), as AddFrom adds a
+// line it reads. The error says what the line lacks for the calibration.
+func (s *Sample) AddLabel(rec *record.Label) error {
+	l, err := LineOf(rec)
+	if err != nil {
+		return err
 	}
-	if entry != nil {
-		id, ok := ParseEntryID(*entry)
-		if !ok {
-			return fmt.Errorf("\"entry\" is %q, want a stream entry id such as 1764000000000-0", *entry)
-		}
-		l.Entry = id
-	}
-	if requestID != nil {
-		l.RequestID = *requestID
-	}
-	l.Replay = route != nil && *route == RouteReplay
-	if ts != nil {
-		if at, err := time.Parse(time.RFC3339Nano, *ts); err == nil {
-			l.Labelled = at.UnixNano()
-		}
-	}
+	s.Add(l)
 	return nil
 }
 
-// finish checks what every reading of a line checks last.
-func (l Line) finish() (Line, error) {
-	l.Confidence = max(l.Confidence, 0) // -0 would print as "-0"
+// LineOf is what the calibration keeps of a `/labels` line: its draw
+// checked (audit_floor and audit_from together, under audit_p), its type
+// one the calibration knows.
+func LineOf(rec *record.Label) (Line, error) {
+	var err error
+	l := Line{Model: rec.Model, Type: rec.Type, Question: rec.Question, Agree: rec.Agree, Audit: rec.Audit,
+		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay}
+	if rec.Confidence != nil {
+		l.Confidence, l.HasConfidence = max(*rec.Confidence, 0), true // -0 would print as "-0"
+	}
+	var draw [3]*float64
+	for i, n := range []json.Number{rec.AuditP, rec.AuditFloor, rec.AuditFrom} {
+		if n != "" {
+			f, _ := n.Float64() // ParseLabel wrote it from a float
+			draw[i] = &f
+		}
+	}
+	if l.Draw, err = makeDraw(draw[0], draw[1], draw[2]); err != nil {
+		return Line{}, err
+	}
+	// entry, request_id, route, ts and org may be absent (a file written
+	// by hand); an entry that is there is a stream id (ParseLabel checked).
+	if id, ok := record.ParseID(rec.Entry); ok {
+		l.Entry = EntryID{Ms: id.Ms, Seq: id.Seq, Set: true}
+	}
+	if at, err := time.Parse(time.RFC3339Nano, rec.TS); err == nil {
+		l.Labelled = at.UnixNano()
+	}
 	if !slices.Contains(typeOrder, l.Type) {
 		return Line{}, fmt.Errorf("\"type\" is %q, want one of %s", l.Type, strings.Join(typeOrder, ", "))
 	}
 	return l, nil
-}
-
-// parseLineStrict reads a line field by field, telling an absent field
-// from a null one, and says exactly what is wrong with a bad line.
-func parseLineStrict(raw []byte) (Line, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return Line{}, errors.New("not a JSON object")
-	}
-	var l Line
-	var err error
-	// get decodes a field; json.Unmarshal would take null as "leave as is".
-	get := func(name string, into any, want string, nullable bool) bool {
-		v, ok := fields[name]
-		if err != nil || !ok {
-			if err == nil {
-				err = fmt.Errorf("no %q field", name)
-			}
-			return false
-		}
-		if bytes.Equal(v, []byte("null")) {
-			if !nullable {
-				err = fmt.Errorf("%q is null, want %s", name, want)
-			}
-			return false
-		}
-		if json.Unmarshal(v, into) != nil {
-			err = fmt.Errorf("%q is %s, want %s", name, abbreviate(v), want)
-			return false
-		}
-		return true
-	}
-	get("model", &l.Model, "a string", false)
-	get("type", &l.Type, "a string", false)
-	get("question", &l.Question, "a string", false)
-	get("agree", &l.Agree, "true or false", false)
-	get("audit", &l.Audit, "true or false", false)
-	const wantConfidence = "a number from 0 to 1 or null"
-	l.HasConfidence = get("confidence", &l.Confidence, wantConfidence, true)
-	if err == nil {
-		l.Draw, err = readDraw(fields)
-	}
-	if err != nil {
-		return Line{}, err
-	}
-	if l.HasConfidence && !(l.Confidence >= 0 && l.Confidence <= 1) {
-		return Line{}, fmt.Errorf("\"confidence\" is %s, want %s", abbreviate(fields["confidence"]), wantConfidence)
-	}
-	var optional [5]*string
-	for i, name := range []string{"entry", "request_id", "route", "ts", "org"} {
-		var v string
-		if raw, ok := fields[name]; ok && json.Unmarshal(raw, &v) == nil {
-			optional[i] = &v
-		} else if ok && name == "entry" && !bytes.Equal(raw, []byte("null")) {
-			return Line{}, fmt.Errorf("\"entry\" is %s, want a stream entry id such as 1764000000000-0", abbreviate(raw))
-		}
-	}
-	if err := l.readOptional(optional[0], optional[1], optional[2], optional[3], optional[4]); err != nil {
-		return Line{}, err
-	}
-	return l.finish()
-}
-
-// abbreviate shows a JSON value in an error, cut to a readable length.
-func abbreviate(v json.RawMessage) string {
-	r := []rune(strings.ToValidUTF8(string(v), "?"))
-	if len(r) > 40 {
-		return string(r[:37]) + "..."
-	}
-	return string(r)
 }

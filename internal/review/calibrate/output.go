@@ -37,7 +37,7 @@ func FormatThreshold(t float64) string {
 	return strings.TrimSuffix(strings.TrimRight(out, "0"), ".")
 }
 
-// resultJSON is the contract's `--json` document.
+// resultJSON is the documented `--json` document.
 type resultJSON struct {
 	Target  float64     `json:"target"`
 	Delta   float64     `json:"delta"`
@@ -61,7 +61,7 @@ type groupJSON struct {
 	LabelsExpected *int     `json:"labels_expected"`
 }
 
-// MarshalJSON writes the contract's `--json` document: {"target", "delta",
+// MarshalJSON writes the documented `--json` document: {"target", "delta",
 // "ignored", "groups": [{"model", "type", "question", "org", "labels",
 // "threshold", "agree", "n", "entries", "lower_bound", "coverage",
 // "labels_needed", "labels_expected"}]}, with an unrounded threshold, or
@@ -89,7 +89,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-// WriteJSON writes r as the contract's `--json` document, indented, with a
+// WriteJSON writes r as the documented `--json` document, indented, with a
 // final newline.
 func WriteJSON(w io.Writer, r Result) error {
 	enc := json.NewEncoder(w)

@@ -11,11 +11,13 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/systemone/systemone-gateway/policy/route/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
 )
 
-func init() {
-	caddycmd.RegisterCommand(caddycmd.Command{
+// Commands returns the `calibrate` and `verify` subcommands, for the
+// binary to register (caddycmd.RegisterCommand) beside its modules.
+func Commands() []caddycmd.Command {
+	return []caddycmd.Command{{
 		Name:  "calibrate",
 		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--certificates <file>] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
@@ -62,8 +64,7 @@ No audited label at all is an error (exit status 1); a --target or
 Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime.
 `,
 		CobraFunc: setUp,
-	})
-	caddycmd.RegisterCommand(caddycmd.Command{
+	}, {
 		Name:  "verify",
 		Usage: "--certificates <file> <labels>",
 		Short: "Checks calibrate's certificates against the review API's labels",
@@ -78,7 +79,7 @@ input, or the http(s) URL of a /labels endpoint. An organization can check
 its own groups' certificates from its own lines.
 `,
 		CobraFunc: setUpVerify,
-	})
+	}}
 }
 
 // setUp gives the cobra command its flags and its RunE. Output goes to the

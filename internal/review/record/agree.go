@@ -1,4 +1,4 @@
-package route
+package record
 
 import (
 	"encoding/json"

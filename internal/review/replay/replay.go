@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/internal/reviewapi"
 	"github.com/systemone/systemone-gateway/policy/route"
 )
@@ -348,7 +349,7 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 			}
 		}
 		agree := json.RawMessage("false")
-		if route.Agree(l.typ, l.label, answer) {
+		if record.Agree(l.typ, l.label, answer) {
 			agree = json.RawMessage("true")
 		}
 		out, err := rewriteLine(l.raw, rewritten, map[string]json.RawMessage{

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/systemone/systemone-gateway/policy/route/calibrate"
-	"github.com/systemone/systemone-gateway/policy/route/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
 )
 
 // orgLines writes `/labels` lines of audited entries, one noul question

@@ -22,7 +22,7 @@ import (
 //     answers at or above t, each entry's answers weighing 1/N, is at
 //     least the target: with the same number of the group's questions in
 //     every entry (one question for a `--by question` group), exactly the
-//     agreement of the answers at or above t, the contract's guarantee. An
+//     agreement of the answers at or above t, the documented guarantee. An
 //     entry with no answer at or above t gives Y = 0 and leaves the
 //     evidence as it is: the share of traffic at or above t needs no
 //     estimate.
@@ -461,7 +461,7 @@ func (w *walker) expected(g groupView, spans []span) (int, bool) {
 // groupView is one group's audited records, in entry order.
 type groupView struct {
 	sample  *Sample
-	records []record
+	records []compactLine
 	seed    uint64 // labels_expected's random stream, fixed per group
 	expect  bool   // whether to simulate labels_expected (Options.Expect)
 }
@@ -470,7 +470,7 @@ type groupView struct {
 type span struct{ lo, hi int }
 
 // spans splits the records into entries: the runs of one entry id; a
-// record without an entry id is an entry of its own.
+// compactLine without an entry id is an entry of its own.
 func (g groupView) spans() []span {
 	var out []span
 	for lo := 0; lo < len(g.records); {
