@@ -85,6 +85,9 @@ type options struct {
 	profileDir  string
 	smoke       bool
 	unbuffered  bool
+	// configs are the configurations measured, in the order they run, P
+	// first (see selectConfigs).
+	configs []string
 }
 
 func main() {
@@ -106,8 +109,8 @@ func main() {
 	}
 }
 
-// parseArgs reads the command line into options, and selects the
-// configurations -configs names (see selectConfigs).
+// parseArgs reads the command line into options, the configurations
+// those -configs names (see selectConfigs).
 func parseArgs(args []string) (options, error) {
 	var o options
 	var names, simNames string
@@ -121,14 +124,15 @@ func parseArgs(args []string) (options, error) {
 	fs.StringVar(&o.profileDir, "profile", "", "after measuring, write CPU profiles of the Caddy proxies under each of their configurations, and the first proxy's allocation profile, to this directory")
 	fs.BoolVar(&o.unbuffered, "unbuffered-log", false, "write the first proxy's log with Caddy's file writer, one write(2) per entry, instead of the buffered writer of the default Caddyfile (Lu and Lmu always do)")
 	fs.BoolVar(&o.smoke, "smoke", false, "a few seconds: the small payload, one short round; checks every answer, judges no target")
-	configs := fs.String("configs", strings.Join(harness.Configs, ","), "comma-separated configurations to measure; P is always measured, first")
+	configs := fs.String("configs", strings.Join(harness.AllConfigs(), ","), "comma-separated configurations to measure; P is always measured, first")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if err := selectConfigs(*configs); err != nil {
+	var err error
+	if o.configs, err = selectConfigs(*configs); err != nil {
 		return o, err
 	}
 	if o.smoke {
@@ -175,12 +179,13 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "organizations: %d bearer keys, requests spread round-robin (E: 32 keys for each, see harness.Requests)\n", len(harness.Keys))
 	printPayloads(out, payloads)
 
-	if skipped := skipNginxIfAbsent(); len(skipped) > 0 {
+	var skipped []string
+	if o.configs, skipped = skipNginxIfAbsent(o.configs); len(skipped) > 0 {
 		fmt.Fprintf(out, "\nnginx not found (Debian's nginx-light provides it): %s skipped\n", strings.Join(skipped, " and "))
 	}
-	fmt.Fprintf(out, "\nconfigurations: %s\n\n", strings.Join(harness.Configs, ", "))
+	fmt.Fprintf(out, "\nconfigurations: %s\n\n", strings.Join(o.configs, ", "))
 	fmt.Fprintln(out, "starting: go build ./cmd/systemone-gateway, redis-server, simulator, upstream stub, guardrails stub, proxies ...")
-	stack, err := harness.StartStack(ctx, harness.Options{UnbufferedLog: o.unbuffered})
+	stack, err := harness.StartStack(ctx, harness.Options{UnbufferedLog: o.unbuffered, Configs: o.configs})
 	if err != nil {
 		return err
 	}
@@ -231,7 +236,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	hits, misses := harness.CachedAnswers.Hits.Load(), harness.CachedAnswers.Misses.Load()
 	fmt.Fprintf(out, "\n%s's checked answers: %d hits, %d misses (a Redis lookup over the cache's 100 ms timeout is a miss, forwarded)\n",
 		harness.Cached, hits, misses)
-	if slices.Contains(harness.Configs, harness.Everything) {
+	if slices.Contains(o.configs, harness.Everything) {
 		fmt.Fprintf(out, "%s's checked answers: %d misses, no hit (the alias's answers are never stored); answer cache GETs per request in its measured runs (E's GETs less Lb's; 2 a lookup, more when a request waited for an identical one and looked again, fewer while the cache rested Redis): %s\n",
 			harness.Everything, harness.MissedAnswers.Load(), b.lookups())
 	}
@@ -245,7 +250,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 // looked the cache up once and the verdict cache's front in process
 // answered every check.
 func (b *bench) lookups() string {
-	if !slices.Contains(harness.Configs, harness.LimitsBudget) {
+	if !slices.Contains(b.o.configs, harness.LimitsBudget) {
 		return fmt.Sprintf("not known without %s, whose scripts are E's", harness.LimitsBudget)
 	}
 	gets := func(ms []measure) float64 {
@@ -326,7 +331,7 @@ func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload)
 
 	pr := payloadResult{p: p, runs: map[string]map[string][]measure{closedLoop: {}, openLoop: {}}}
 	reqs := make(map[string][]harness.Request)
-	for _, c := range harness.Configs {
+	for _, c := range b.o.configs {
 		reqs[c] = b.stack.Requests(c, p.Body, want)
 		if c == harness.Cached {
 			if err := b.stack.Prime(ctx, b.driver, reqs[c]); err != nil {
@@ -341,7 +346,7 @@ func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload)
 	}
 	fmt.Fprintf(b.out, "%s (%s upstream): fixed concurrency ...\n", p.Name, ur.upstream)
 	for range b.o.rounds {
-		for _, c := range harness.Configs {
+		for _, c := range b.o.configs {
 			m, err := b.measure(ctx, c, func() harness.Result {
 				return b.driver.Closed(ctx, reqs[c], b.o.concurrency, b.o.duration)
 			})
@@ -354,7 +359,7 @@ func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload)
 	pr.rate = b.o.rateShare * median(throughputs(pr.runs[closedLoop][harness.Plain]))
 	fmt.Fprintf(b.out, "%s (%s upstream): fixed rate %.0f/s ...\n", p.Name, ur.upstream, pr.rate)
 	for range b.o.rounds {
-		for _, c := range harness.Configs {
+		for _, c := range b.o.configs {
 			var stopPing func() []time.Duration
 			if c == harness.Limits {
 				stopPing = b.pingRedis(ctx)
@@ -491,7 +496,7 @@ func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 		return err
 	}
 	tw := newTable(&b.roundTrips, "config", "before forwarding", "after the answer", "admission scripts", "answer cache GET", "verdict cache GET", "settle scripts", "other")
-	for _, c := range harness.Configs {
+	for _, c := range b.o.configs {
 		if !harness.IsGateway(c) || !harness.InFirstProxy(c) {
 			continue
 		}
@@ -621,7 +626,7 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 		if err != nil {
 			return err
 		}
-		for _, c := range harness.Configs {
+		for _, c := range b.o.configs {
 			admin := b.stack.AdminOf(c)
 			if admin == "" {
 				continue // nginx: no Go profile
@@ -683,37 +688,37 @@ func indent(s string) string {
 	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
 }
 
-// selectConfigs keeps the configurations named in list (a comma-separated
-// subset of harness.Configs), in their usual order, P always first: every
-// ratio is to P measured in the same round.
-func selectConfigs(list string) error {
+// selectConfigs returns the configurations named in list (a comma-separated
+// subset of harness.AllConfigs), in their usual order, P always first:
+// every ratio is to P measured in the same round.
+func selectConfigs(list string) ([]string, error) {
+	all := harness.AllConfigs()
 	want := map[string]bool{harness.Plain: true}
 	for _, c := range strings.Split(list, ",") {
 		if c = strings.TrimSpace(c); c == "" {
 			continue
 		}
-		if !slices.Contains(harness.Configs, c) {
-			return fmt.Errorf("-configs: unknown configuration %q (want some of %s)", c, strings.Join(harness.Configs, ","))
+		if !slices.Contains(all, c) {
+			return nil, fmt.Errorf("-configs: unknown configuration %q (want some of %s)", c, strings.Join(all, ","))
 		}
 		want[c] = true
 	}
-	harness.Configs = slices.DeleteFunc(slices.Clone(harness.Configs), func(c string) bool { return !want[c] })
-	return nil
+	return slices.DeleteFunc(all, func(c string) bool { return !want[c] }), nil
 }
 
-// skipNginxIfAbsent leaves nginx's configurations out of harness.Configs
-// when nginx is not installed, and returns those it left out.
-func skipNginxIfAbsent() []string {
+// skipNginxIfAbsent returns configs without nginx's configurations when
+// nginx is not installed, and those it left out; configs itself is left as
+// it was.
+func skipNginxIfAbsent(configs []string) (kept, skipped []string) {
 	if harness.NginxPath() != "" {
-		return nil
+		return configs, nil
 	}
-	var skipped []string
-	harness.Configs = slices.DeleteFunc(harness.Configs, func(c string) bool {
+	kept = slices.DeleteFunc(slices.Clone(configs), func(c string) bool {
 		if harness.IsNginx(c) {
 			skipped = append(skipped, c)
 			return true
 		}
 		return false
 	})
-	return skipped
+	return kept, skipped
 }

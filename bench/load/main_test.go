@@ -19,8 +19,6 @@ func TestDocumentedCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	const prefix = "go run ./bench/load"
-	saved := slices.Clone(harness.Configs)
-	t.Cleanup(func() { harness.Configs = saved })
 	n := 0
 	for line := range strings.Lines(string(doc)) {
 		line, _, _ = strings.Cut(line, "#") // a shell comment
@@ -33,7 +31,6 @@ func TestDocumentedCommands(t *testing.T) {
 		for _, f := range strings.Fields(strings.TrimPrefix(line, prefix)) {
 			args = append(args, strings.Trim(f, `"`)) // "" is an empty argument
 		}
-		harness.Configs = slices.Clone(saved)
 		o, err := parseArgs(args)
 		if err != nil {
 			t.Fatalf("%s: %v", line, err)
@@ -42,9 +39,9 @@ func TestDocumentedCommands(t *testing.T) {
 			t.Fatalf("%s: %v", line, err)
 		}
 		if line == prefix+` -configs L,Lb,Lm -payloads small-en -sim-payloads "" -rounds 3 -duration 3s` {
-			if want := []string{harness.Plain, harness.Limits, harness.LimitsBudget, harness.LimitsLocal}; !slices.Equal(harness.Configs, want) ||
+			if want := []string{harness.Plain, harness.Limits, harness.LimitsBudget, harness.LimitsLocal}; !slices.Equal(o.configs, want) ||
 				o.simPayloads != nil || o.rounds != 3 || o.duration != 3*time.Second {
-				t.Fatalf("%s: configs %v, options %+v", line, harness.Configs, o)
+				t.Fatalf("%s: options %+v", line, o)
 			}
 		}
 	}
@@ -54,8 +51,6 @@ func TestDocumentedCommands(t *testing.T) {
 }
 
 func TestUnknownConfigIsRefused(t *testing.T) {
-	saved := slices.Clone(harness.Configs)
-	t.Cleanup(func() { harness.Configs = saved })
 	if _, err := parseArgs([]string{"-configs", "L,Lx"}); err == nil || !strings.Contains(err.Error(), `"Lx"`) {
 		t.Fatalf("got %v, want the unknown configuration named", err)
 	}

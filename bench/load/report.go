@@ -74,7 +74,7 @@ func (b *bench) table(ur *upstreamRun, mode string) {
 	for _, pr := range ur.results {
 		runs := pr.runs[mode]
 		plainCPU := cpuOf(runs[harness.Plain], "proxy")
-		for _, c := range harness.Configs {
+		for _, c := range b.o.configs {
 			ms := runs[c]
 			name := ""
 			if c == harness.Plain {
@@ -111,7 +111,7 @@ func (b *bench) targets(ur *upstreamRun) {
 	tw := newTable(b.out, "target", "payload", "measured", "")
 	row := func(pr payloadResult, needs []string, target, measured string, ok bool) {
 		for _, c := range needs {
-			if !slices.Contains(harness.Configs, c) {
+			if !slices.Contains(b.o.configs, c) {
 				return
 			}
 		}
@@ -173,7 +173,7 @@ func (b *bench) targets(ur *upstreamRun) {
 func (b *bench) references(ur *upstreamRun) {
 	var rows []string
 	for _, c := range []string{harness.Limits, harness.LimitsLocal, harness.Everything, harness.LimitsUnbuffered, harness.LimitsLocalUnbuffered, harness.Nginx, harness.NginxLimits} {
-		if slices.Contains(harness.Configs, c) {
+		if slices.Contains(b.o.configs, c) {
 			rows = append(rows, c)
 		}
 	}
@@ -202,7 +202,7 @@ func (b *bench) references(ur *upstreamRun) {
 func (b *bench) growth(ur *upstreamRun) {
 	fmt.Fprintf(b.out, "\n## Cost growth (%s upstream): proxy CPU µs per request over P's, fixed concurrency\n\n", ur.upstream)
 	header := []string{"payload", "body KiB", "questions", "P proxy µs/req"}
-	for _, c := range harness.Configs[1:] {
+	for _, c := range b.o.configs[1:] {
 		header = append(header, c+" − P")
 	}
 	tw := newTable(b.out, append(header, "upstream µs/req")...)
@@ -210,7 +210,7 @@ func (b *bench) growth(ur *upstreamRun) {
 		runs := pr.runs[closedLoop]
 		plain := cpuOf(runs[harness.Plain], "proxy")
 		cells := []string{pr.p.Name, fmt.Sprintf("%.1f", float64(len(pr.p.Body))/1024), fmt.Sprint(pr.p.Questions), fmt.Sprintf("%.0f", plain)}
-		for _, c := range harness.Configs[1:] {
+		for _, c := range b.o.configs[1:] {
 			cells = append(cells, fmt.Sprintf("%+.0f", cpuOf(runs[c], "proxy")-plain))
 		}
 		cells = append(cells, fmt.Sprintf("%.0f", cpuOf(runs[harness.Plain], "upstream")))
@@ -239,7 +239,7 @@ func (b *bench) growth(ur *upstreamRun) {
 		}
 		kib := float64(len(large.p.Body)-len(small.p.Body)) / 1024
 		var parts []string
-		for _, c := range harness.Configs {
+		for _, c := range b.o.configs {
 			added := func(pr *payloadResult) float64 { return cpuOf(pr.runs[closedLoop][c], "proxy") }
 			parts = append(parts, fmt.Sprintf("%s %.2f", c, (added(large)-added(small))/kib))
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +23,7 @@ func measured(n int, cpu map[string]float64) measure {
 // TestTargets judges the targets on figures made up around each bound:
 // each is met on one side and missed on the other, with the figures shown.
 func TestTargets(t *testing.T) {
-	saved := slices.Clone(harness.Configs)
-	t.Cleanup(func() { harness.Configs = saved })
-	harness.Configs = []string{harness.Plain, harness.Limits, harness.LimitsBudget, harness.LimitsLocal, harness.Guardrails, harness.GuardrailsCached}
+	configs := []string{harness.Plain, harness.Limits, harness.LimitsBudget, harness.LimitsLocal, harness.Guardrails, harness.GuardrailsCached}
 	small, err := payload.Get("small-en")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +41,7 @@ func TestTargets(t *testing.T) {
 		pr.runs[openLoop][harness.Plain][0].res.Latencies = []time.Duration{time.Millisecond}
 		pr.runs[openLoop][harness.Limits][0].res.Latencies = []time.Duration{2*time.Millisecond + p50Extra}
 		var out bytes.Buffer
-		b := &bench{o: options{rateShare: 0.3}, out: &out}
+		b := &bench{o: options{rateShare: 0.3, configs: configs}, out: &out}
 		b.targets(&upstreamRun{results: []payloadResult{pr}, rtt: []time.Duration{time.Millisecond}})
 		return out.String()
 	}

@@ -62,10 +62,10 @@ func run(ctx context.Context, out io.Writer, duration, interval time.Duration, r
 		return errors.New("-duration, -interval and -rate must be positive, -interval at most -duration")
 	}
 	// The process the soak samples: the first proxy's configurations only.
-	harness.Configs = slices.DeleteFunc(harness.Configs, func(c string) bool { return !harness.InFirstProxy(c) })
+	configs := slices.DeleteFunc(harness.AllConfigs(), func(c string) bool { return !harness.InFirstProxy(c) })
 	fmt.Fprintf(out, "soak: %v at %.0f requests/s, a sample every %v; every payload through %s in turn\n",
-		duration, rate, interval, strings.Join(harness.Configs[1:], ", "))
-	stack, err := harness.StartStack(ctx, harness.Options{})
+		duration, rate, interval, strings.Join(configs[1:], ", "))
+	stack, err := harness.StartStack(ctx, harness.Options{Configs: configs})
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func run(ctx context.Context, out io.Writer, duration, interval time.Duration, r
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.Name, err)
 		}
-		for _, c := range harness.Configs[1:] {
+		for _, c := range configs[1:] {
 			r := stack.Requests(c, p.Body, want)
 			if c == harness.Everything {
 				// One organization per key, as the others: E's many keep

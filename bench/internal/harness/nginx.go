@@ -95,8 +95,8 @@ http {
 	return b.String()
 }
 
-// startNginx starts nginx for the configurations of Configs it serves, in
-// front of the upstream in use, if there are any.
+// startNginx starts nginx for the configurations of Options.Configs it
+// serves, in front of the upstream in use, if there are any.
 func (s *Stack) startNginx() error {
 	ports := make(map[string]int)
 	var addrs []string

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,9 +61,13 @@ const (
 	NginxLimits = "Nl"
 )
 
-// Configs lists the configurations in the order they run.
-var Configs = []string{Plain, Limits, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached,
-	Everything, LimitsUnbuffered, LimitsLocalUnbuffered, Nginx, NginxLimits}
+// AllConfigs returns every configuration, in the order they run, P first
+// (every ratio is to P measured in the same round). Each call returns a new
+// slice, the caller's to keep or trim.
+func AllConfigs() []string {
+	return []string{Plain, Limits, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached,
+		Everything, LimitsUnbuffered, LimitsLocalUnbuffered, Nginx, NginxLimits}
+}
 
 // The processes that serve the configurations (see Stack.ProxyOf).
 const (
@@ -119,7 +124,7 @@ var missKeys = func() []string {
 // process serving plain reverse_proxy and the gateway's configurations on a
 // port each, a second one serving LimitsUnbuffered and
 // LimitsLocalUnbuffered, and nginx serving Nginx and NginxLimits (each of
-// the last two only when one of its configurations is in Configs).
+// the last two only when one of its configurations is in Options.Configs).
 type Stack struct {
 	Dir       string
 	Redis     *Redis
@@ -133,13 +138,14 @@ type Stack struct {
 	// configurations, its log through the buffered writer.
 	Proxy *Process
 	// UnbufferedProxy is the second Caddy process, its log through Caddy's
-	// own file writer; nil unless it serves a configuration in Configs.
+	// own file writer; nil unless it serves a configuration of
+	// Options.Configs.
 	UnbufferedProxy *Process
-	// Nginx is the nginx process; nil unless it serves a configuration in
-	// Configs.
+	// Nginx is the nginx process; nil unless it serves a configuration of
+	// Options.Configs.
 	Nginx *Process
 	// SimulatorURL and StubURL are the upstreams' base URLs; URLs maps
-	// each of Configs to its proxy's base URL.
+	// each of Options.Configs to its proxy's base URL.
 	SimulatorURL, StubURL string
 	URLs                  map[string]string
 	// Upstream is the upstream the proxies forward to: UpstreamStub (the
@@ -166,11 +172,24 @@ type Options struct {
 	// gateway's buffered writer (as the embedded default Caddyfile does).
 	// The second proxy writes its log that way in any case.
 	UnbufferedLog bool
+	// Configs are the configurations the stack serves, each one of
+	// AllConfigs, in the order they run. Nil (the default) serves
+	// AllConfigs().
+	Configs []string
 }
 
 // StartStack builds the gateway and starts the stack in a new temporary
 // directory. Call Stop when done, also after an error.
 func StartStack(ctx context.Context, o Options) (*Stack, error) {
+	if o.Configs == nil {
+		o.Configs = AllConfigs()
+	}
+	o.Configs = slices.Clone(o.Configs) // the stack's own: a caller's later change is not served
+	for _, c := range o.Configs {
+		if !slices.Contains(AllConfigs(), c) {
+			return nil, fmt.Errorf("unknown configuration %q (want some of %s)", c, strings.Join(AllConfigs(), ","))
+		}
+	}
 	dir, err := os.MkdirTemp("", "systemone-bench-")
 	if err != nil {
 		return nil, err
@@ -191,7 +210,7 @@ func (s *Stack) start(ctx context.Context) error {
 	if s.Redis, err = StartRedis(s.Dir); err != nil {
 		return err
 	}
-	ports := make([]int, 4+len(Configs))
+	ports := make([]int, 4+len(s.options.Configs))
 	for i := range ports {
 		if ports[i], err = FreePort(); err != nil {
 			return err
@@ -218,7 +237,7 @@ func (s *Stack) start(ctx context.Context) error {
 	}
 
 	s.sites, s.Upstream = make(map[string]int), UpstreamStub
-	for i, name := range Configs {
+	for i, name := range s.options.Configs {
 		s.sites[name] = ports[4+i]
 		s.URLs[name] = "http://127.0.0.1:" + strconv.Itoa(ports[4+i])
 	}
@@ -236,10 +255,11 @@ func (s *Stack) start(ctx context.Context) error {
 	return s.startNginx()
 }
 
-// configsOf returns the configurations of Configs that proxy serves.
+// configsOf returns the configurations of Options.Configs that proxy
+// serves.
 func (s *Stack) configsOf(proxy string) []string {
 	var out []string
-	for _, c := range Configs {
+	for _, c := range s.options.Configs {
 		if servedBy(c) == proxy {
 			out = append(out, c)
 		}

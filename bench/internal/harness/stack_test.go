@@ -21,8 +21,9 @@ func testStack() *Stack {
 		Dir: "/tmp/bench", Redis: &Redis{Addr: "127.0.0.1:7"}, StubURL: "http://127.0.0.1:8", SimulatorURL: "http://127.0.0.1:9",
 		Upstream: UpstreamStub, guardrailsURL: "http://127.0.0.1:10",
 		admins: map[string]int{proxyMain: 2019, proxyUnbuffered: 2020}, sites: map[string]int{},
+		options: Options{Configs: AllConfigs()},
 	}
-	for i, c := range Configs {
+	for i, c := range s.options.Configs {
 		s.sites[c] = 20000 + i
 	}
 	return s
@@ -41,7 +42,7 @@ func TestProxyCaddyfiles(t *testing.T) {
 			t.Fatalf("%s serves %v, want %v", proxy, got, want)
 		}
 		caddyfile := s.proxyCaddyfile(proxy)
-		for _, c := range Configs {
+		for _, c := range AllConfigs() {
 			if served := strings.Contains(caddyfile, "\n# "+c+"\n"); served != slices.Contains(want, c) {
 				t.Errorf("%s's Caddyfile serves %s: %v", proxy, c, served)
 			}
@@ -66,6 +67,19 @@ func TestProxyCaddyfiles(t *testing.T) {
 		if !strings.Contains(e, line) {
 			t.Errorf("E lacks %q:\n%s", line, e)
 		}
+	}
+}
+
+// TestUnknownConfigRefused: StartStack names a configuration it does not
+// know, before it builds or starts anything.
+func TestUnknownConfigRefused(t *testing.T) {
+	s, err := StartStack(t.Context(), Options{Configs: []string{Plain, Limits, "Lx"}})
+	if err == nil {
+		s.Stop()
+		t.Fatal("StartStack served an unknown configuration")
+	}
+	if !strings.Contains(err.Error(), `"Lx"`) {
+		t.Fatalf("got %v, want the unknown configuration named", err)
 	}
 }
 
