@@ -12,7 +12,8 @@
 // answer is checked as bench/load checks it.
 //
 // Samples are taken between intervals, with no request in flight, after a
-// forced garbage collection. With -check it fails unless, against the first
+// forced garbage collection, and after a warm-up of one interval at full
+// concurrency that opens every connection the proxy will hold. With -check it fails unless, against the first
 // sample, the last one holds at most goroutineSlack more goroutines and at
 // most heapGrowth more live heap (a leak of one goroutine or a few hundred
 // bytes per request shows far beyond either).
@@ -103,6 +104,14 @@ func run(ctx context.Context, out io.Writer, duration, interval time.Duration, r
 		for i := k; i < len(reqs); i += len(harness.Keys) {
 			mixed = append(mixed, reqs[i])
 		}
+	}
+
+	// A warm-up at the driver's full concurrency first: it opens every
+	// connection the proxy will hold (to clients, the upstream, Redis, the
+	// guardrails stub), so that the samples compare steady states rather
+	// than how many connections one slow moment happened to open.
+	if warm := driver.Closed(ctx, mixed, 64, interval); warm.Err != nil {
+		return fmt.Errorf("warm-up: %w", warm.Err)
 	}
 
 	const row = "%8s %9s %6s %7s %7s %10s %13s %8s\n"
