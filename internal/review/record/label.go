@@ -150,7 +150,7 @@ func parseLabelStrict(raw []byte) (Label, error) {
 			return false
 		}
 		if json.Unmarshal(v, into) != nil {
-			err = fmt.Errorf("%q is %s, want %s", name, Abbreviate(v), want)
+			err = fmt.Errorf("%q is %s, want %s", name, abbreviate(v), want)
 			return false
 		}
 		return true
@@ -164,7 +164,7 @@ func parseLabelStrict(raw []byte) (Label, error) {
 	var confidence float64
 	if get("confidence", &confidence, wantConfidence, true) {
 		if !(confidence >= 0 && confidence <= 1) {
-			return Label{}, fmt.Errorf("\"confidence\" is %s, want %s", Abbreviate(fields["confidence"]), wantConfidence)
+			return Label{}, fmt.Errorf("\"confidence\" is %s, want %s", abbreviate(fields["confidence"]), wantConfidence)
 		}
 		l.Confidence = &confidence
 	}
@@ -181,7 +181,7 @@ func parseLabelStrict(raw []byte) (Label, error) {
 		}
 		var f float64
 		if json.Unmarshal(v, &f) != nil || !(f >= 0 && f <= 1) {
-			return Label{}, fmt.Errorf("%q is %s, want a number from 0 to 1", p.name, Abbreviate(v))
+			return Label{}, fmt.Errorf("%q is %s, want a number from 0 to 1", p.name, abbreviate(v))
 		}
 		*p.to = Probability(f)
 	}
@@ -195,7 +195,7 @@ func parseLabelStrict(raw []byte) (Label, error) {
 		}
 		if json.Unmarshal(v, s.to) != nil {
 			if s.name == "entry" {
-				return Label{}, fmt.Errorf("\"entry\" is %s, %s", Abbreviate(v), wantEntry)
+				return Label{}, fmt.Errorf("\"entry\" is %s, %s", abbreviate(v), wantEntry)
 			}
 			continue // a field the calibration does not check the kind of
 		}
@@ -209,8 +209,8 @@ func parseLabelStrict(raw []byte) (Label, error) {
 	return l, nil
 }
 
-// Abbreviate shows a JSON value in an error, cut to a readable length.
-func Abbreviate(v json.RawMessage) string {
+// abbreviate shows a JSON value in an error, cut to a readable length.
+func abbreviate(v json.RawMessage) string {
 	r := []rune(strings.ToValidUTF8(string(v), "?"))
 	if len(r) > 40 {
 		return string(r[:37]) + "..."
