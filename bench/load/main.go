@@ -479,7 +479,9 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 			if err := errors.Join(res.Err, <-got); err != nil {
 				return fmt.Errorf("profiling %s %s: %w", p.Name, c, err)
 			}
-			fmt.Fprintf(b.out, "  %s\n", path)
+			// The profile covers the run's first secs seconds; its
+			// requests are about that share of the run's.
+			fmt.Fprintf(b.out, "  %s (about %.0f requests)\n", path, float64(res.Requests)*float64(secs)/(float64(secs)+0.5))
 		}
 	}
 	data, err := harness.Get(ctx, b.stack.ProxyAdmin+"/debug/pprof/allocs")

@@ -78,11 +78,26 @@ func HashInts(t testing.TB, c redis.Cmdable, key string, fields ...string) []*in
 func CommandCalls(t testing.TB, addr string) map[string]int {
 	t.Helper()
 	calls := map[string]int{}
-	for name, fields := range infoSection(t, addr, "commandstats") {
-		n, _, _ := strings.Cut(strings.TrimPrefix(fields, "calls="), ",")
-		calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
+	for name, fields := range CommandStats(t, addr) {
+		calls[name], _ = strconv.Atoi(fields["calls"])
 	}
 	return calls
+}
+
+// CommandStats is the server at addr's INFO commandstats, by lower-case
+// command name and field (calls, usec, usec_per_call, ...).
+func CommandStats(t testing.TB, addr string) map[string]map[string]string {
+	t.Helper()
+	stats := map[string]map[string]string{}
+	for name, fields := range infoSection(t, addr, "commandstats") {
+		m := map[string]string{}
+		for f := range strings.SplitSeq(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			m[k] = v
+		}
+		stats[strings.TrimPrefix(name, "cmdstat_")] = m
+	}
+	return stats
 }
 
 // CPUSeconds is the CPU time the server at addr has used, system plus

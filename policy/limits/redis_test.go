@@ -511,6 +511,30 @@ func TestRedisScriptErrorIsNotAnOutage(t *testing.T) {
 	}
 }
 
+// On the server's clock a bucket's key is kept twice the time its buckets
+// need to be full again and a second more, so that the saves in between
+// send no PEXPIRE; the key still expires.
+func TestRedisKeysExpireOnServerClock(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, Config{StoreTimeout: slow}, nil, false, onRedis(srv.URL()), prefixed("ttl:"))
+	for range 5 {
+		mustAllow(t, l.Admit(bg, "acme", 1)) // full again within a second
+	}
+	if n := redistest.CommandCalls(t, srv.Addr)["pexpire"]; n != 1 {
+		t.Fatalf("%d PEXPIRE for 5 admissions within a second, want 1", n)
+	}
+	reply, _ := srv.Do("PTTL", "ttl:{acme}:b")
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 2000 || ms > 3000 {
+		t.Fatalf("bucket PTTL %s, want 3s (twice the second the buckets need, and a second)", reply)
+	}
+	// A debit that needs longer renews at once: 10,000 tokens are 10s.
+	mustAllow(t, l.Admit(bg, "acme", 10_000))
+	reply, _ = srv.Do("PTTL", "ttl:{acme}:b")
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 20_000 || ms > 21_020 {
+		t.Fatalf("bucket PTTL %s after a 10s debit, want 21s", reply)
+	}
+}
+
 func TestRedisKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow}, newFakeClock(), true, onRedis(srv.URL()), prefixed("ttl:"))

@@ -15,7 +15,8 @@ import (
 // tag {org}, so they live in one Redis Cluster slot and one item serves
 // them all:
 //
-//	<prefix>{<org>}:b                hash: r, ra (requests level, at), t, ta (tokens level, at)
+//	<prefix>{<org>}:b                hash: r, ra (requests level, at), t, ta (tokens level, at),
+//	                                 x (kept until, on the server's clock; see expiry)
 //	<prefix>{<org>}:h                string: hold until (microseconds)
 //	<prefix>{<org>}:budget:<period>  hash: s (spent), r<minute> (reserved by
 //	                                 the requests admitted in that minute), in
@@ -52,23 +53,29 @@ local function fullin(level, cap, rate)
   return math.ceil((cap - level) / rate)
 end
 local function int(x) return string.format('%d', x) end
-`
-
-const scriptPrelude = `
-local now = tonumber(ARGV[1]) or servertime()
-local rcap, rrate = tonumber(ARGV[2]), tonumber(ARGV[3])
-local tcap, trate = tonumber(ARGV[4]), tonumber(ARGV[5])
-local s = redis.call('HMGET', KEYS[1], 'r', 'ra', 't', 'ta')
-local r, t = 0, 0
-if rcap > 0 then r = refill(s[1], s[2], rcap, rrate, now) end
-if tcap > 0 then t = refill(s[3], s[4], tcap, trate, now) end
--- expire keeps the key until both buckets are full again, when a missing
--- key reads the same, and at least a second: Redis expires by its own
--- clock, and a clock the caller pins (tests) does not move with it, so a
--- key must not vanish between two calls made at one pinned time.
-local function expire()
-  local ttl = math.max(fullin(r, rcap, rrate), fullin(t, tcap, trate))
-  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil(ttl / 1000) + 1, 1000))
+-- The item's clock, buckets and levels, which scriptPrelude sets: one set
+-- of upvalues for every item, and the functions below made once per call,
+-- not once per item (closures and tables are most of an item's cost in
+-- Lua).
+local KEYS1, now, onserver, rcap, rrate, tcap, trate, s, r, t
+-- expiry is how long the key is to be kept from now (ms), and the time
+-- to record in its field x, or nil for each when its expiry stands. It
+-- keeps the key until both buckets are full again, when a missing key
+-- reads the same, and at least a second: Redis expires by its own clock,
+-- and a clock the caller pins (tests) does not move with it, so a key
+-- must not vanish between two calls made at one pinned time. On the
+-- server's clock it keeps the key twice that long and a second more, and
+-- records until when in x, so that the saves in the next ttl need no
+-- PEXPIRE (a command per save cost Redis more than the save's
+-- arithmetic): it renews once less than the time needed and a second of
+-- margin (for a replica's clock after a failover) is left.
+local function expiry()
+  local ttl = math.max(math.ceil(math.max(fullin(r, rcap, rrate), fullin(t, tcap, trate)) / 1000) + 1, 1000)
+  if not onserver then return ttl, nil end
+  local x = tonumber(s[5])
+  if x and x >= now + (ttl + 1000) * 1000 then return nil, nil end
+  ttl = 2 * ttl + 1000
+  return ttl, int(now + ttl * 1000)
 end
 -- since is the time a save records for a level last written at at: now,
 -- never earlier than at. A script whose clock is behind the one that
@@ -85,11 +92,25 @@ end
 -- the key's expiry.
 local function save(wr, wt)
   local f = {}
-  if wr then f[#f+1] = 'r'; f[#f+1] = int(r); f[#f+1] = 'ra'; f[#f+1] = int(since(s[2])) end
+  if wr then f[1] = 'r'; f[2] = int(r); f[3] = 'ra'; f[4] = int(since(s[2])) end
   if wt then f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(since(s[4])) end
-  redis.call('HSET', KEYS[1], unpack(f))
-  expire()
+  local ttl, x = expiry()
+  if x then f[#f+1] = 'x'; f[#f+1] = x end
+  redis.call('HSET', KEYS1, unpack(f))
+  if ttl then redis.call('PEXPIRE', KEYS1, ttl) end
 end
+`
+
+const scriptPrelude = `
+KEYS1, now = KEYS[1], tonumber(ARGV[1])
+onserver = now == nil
+if onserver then now = servertime() end
+rcap, rrate = tonumber(ARGV[2]), tonumber(ARGV[3])
+tcap, trate = tonumber(ARGV[4]), tonumber(ARGV[5])
+s = redis.call('HMGET', KEYS1, 'r', 'ra', 't', 'ta', 'x')
+r, t = 0, 0
+if rcap > 0 then r = refill(s[1], s[2], rcap, rrate, now) end
+if tcap > 0 then t = refill(s[3], s[4], tcap, trate, now) end
 `
 
 // admitBody checks and debits both buckets (and checks the hold), and
@@ -112,7 +133,7 @@ local usetok = tcap > 0 and tcost >= 0
 local holdwait, rwait, twait = 0, 0, 0
 local blim, bcost = tonumber(ARGV[10]) or 0, tonumber(ARGV[11]) or -1
 local bidx, spent, resv, slot, bref = 0, 0, 0, 0, 0
-local bkey, bend
+local bkey, bend, fresh
 if blim > 0 then
   local b1, b2 = tonumber(ARGV[12]), tonumber(ARGV[13])
   bidx, bend = 2, b2
@@ -121,6 +142,9 @@ if blim > 0 then
   slot = math.floor(now / ` + slotMicrosLua + `)
   local h = redis.call('HGETALL', bkey)
   local lapsed = {}
+  -- a period's key expires at its end (and the margin), set when it is
+  -- made: here when it was missing or emptied below, else by a settlement.
+  fresh = #h == 0
   for i = 1, #h, 2 do
     local f, v = h[i], tonumber(h[i + 1])
     if f == 's' then
@@ -131,7 +155,10 @@ if blim > 0 then
       lapsed[#lapsed + 1] = f
     end
   end
-  if #lapsed > 0 then redis.call('HDEL', bkey, unpack(lapsed)) end
+  if #lapsed > 0 then
+    redis.call('HDEL', bkey, unpack(lapsed))
+    fresh = 2 * #lapsed == #h
+  end
   if bcost >= 0 and spent + resv >= blim then bref = 1 end
 end
 if bref == 1 then
@@ -165,7 +192,7 @@ if ok and (usereq or usetok) then
 end
 if ok and bidx > 0 and bcost > 0 then
   redis.call('HINCRBY', bkey, 'r' .. int(slot), ARGV[11])
-  redis.call('PEXPIRE', bkey, math.ceil((bend - now) / 1000) + ` + periodMarginLua + `)
+  if fresh then redis.call('PEXPIRE', bkey, math.ceil((bend - now) / 1000) + ` + periodMarginLua + `) end
   resv = resv + bcost
 end
 return {ok and 1 or 0, r, t, rwait, twait, holdwait, bidx, spent, resv, slot, 0}
@@ -293,12 +320,17 @@ bodies['` + string(kindAdmit) + `'] = function(KEYS, ARGV)` + scriptPrelude + ad
 bodies['` + string(kindSettle) + `'] = function(KEYS, ARGV)` + scriptPrelude + settleBody + `end
 bodies['` + string(kindLease) + `'] = function(KEYS, ARGV)` + scriptPrelude + leaseBody + `end
 bodies['` + string(kindHold) + `'] = function(KEYS, ARGV)` + holdBody + `end
+-- One pair of tables for every item's KEYS and ARGV, refilled, with what
+-- the item before left past its own cleared (so # counts the item's own).
 local out, ki, ai = {}, 1, 2
+local keys, args, nkeys, nargs = {}, {}, 0, 0
 for i = 1, tonumber(ARGV[1]) do
   local body, nk, na = bodies[ARGV[ai]], tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
-  local keys, args = {}, {}
   for j = 1, nk do keys[j] = KEYS[ki + j - 1] end
+  for j = nk + 1, nkeys do keys[j] = nil end
   for j = 1, na do args[j] = ARGV[ai + 2 + j] end
+  for j = na + 1, nargs do args[j] = nil end
+  nkeys, nargs = nk, na
   ki, ai = ki + nk, ai + 3 + na
   local ok, res = pcall(body, keys, args)
   if ok then
