@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -129,19 +130,30 @@ func (b *bench) monitor(ctx context.Context, reqs []harness.Request, n int) (map
 	return counts, nil
 }
 
-// classify names a command the gateway sent: its scripts by their keys.
+// classify names a command the gateway sent: its scripts by the kind of
+// their first item (batchScript's ARGV: the number of items, then each
+// item's kind; MONITOR shows EVALSHA sha numkeys keys... args...).
 func classify(args []string) string {
 	if len(args) == 0 {
 		return "?"
 	}
 	cmd := strings.ToLower(args[0])
+	if cmd == "evalsha" || cmd == "eval" {
+		if len(args) >= 3 {
+			if n, err := strconv.Atoi(args[2]); err == nil && len(args) > 3+n+1 {
+				switch args[3+n+1] {
+				case "a", "l":
+					return "admit" // an admission, or a lease admissions are taken from
+				case "s":
+					return "settle" // the bucket, and with a budget the period charged
+				case "h":
+					return "hold"
+				}
+			}
+		}
+		return cmd
+	}
 	switch {
-	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 5 && strings.HasSuffix(args[3], ":b") && strings.HasSuffix(args[4], ":h"):
-		return "admit" // the bucket and the hold, and with a budget its periods
-	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && strings.HasSuffix(args[3], ":b"):
-		return "settle" // the bucket, and with a budget the period charged
-	case (cmd == "evalsha" || cmd == "eval") && len(args) >= 4 && args[2] == "1" && strings.HasSuffix(args[3], ":h"):
-		return "hold"
 	case cmd == "get" && len(args) >= 2 && strings.Contains(args[1], ":cache:"):
 		return "answer-get"
 	case cmd == "get" && len(args) >= 2 && strings.Contains(args[1], "guardrails:"):

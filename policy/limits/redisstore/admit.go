@@ -53,7 +53,7 @@ func (s *Store) nodeFor(ctx context.Context, key string) (*redis.Client, *nodeBa
 // upFor reports whether the node that serves org's keys is counted up,
 // as far as this instance knows without a round trip.
 func (s *Store) upFor(ctx context.Context, org string) bool {
-	key, _ := s.keys(org)
+	key := s.bucketKey(org)
 	_, _, err := s.nodeFor(ctx, key)
 	return !errors.Is(err, errLost)
 }
@@ -76,12 +76,11 @@ func (s *Store) node(ctx context.Context, key string) (*redis.Client, error) {
 // Redis may not have yet. While the node that serves org is lost it fails
 // at once (errLost).
 func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold int64, _ time.Time) (store.Outcome, error) {
-	bucket, hold := s.keys(org)
 	holdArg := "0"
 	if c.Hold {
 		holdArg = "1"
 	}
-	keys := []string{bucket, hold}
+	keys := []string{s.bucketKey(org)}
 	args := []any{s.clockArg(), c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate,
 		c.ReqCost, c.TokCost, holdArg, localHold}
 	if b := c.Budget; b.On() {
@@ -112,8 +111,7 @@ type leaseGrant struct {
 // new one of rslice and tslice units, in one script (see leaseBody),
 // sent like an admission. c is the admission that needs it.
 func (s *Store) lease(ctx context.Context, org string, c store.Check, rslice, tslice, rback, tback int64) (leaseGrant, error) {
-	bucket, hold := s.keys(org)
-	res, err := s.run(ctx, kindLease, []string{bucket, hold}, s.clockArg(),
+	res, err := s.run(ctx, kindLease, []string{s.bucketKey(org)}, s.clockArg(),
 		c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate, c.ReqCost, c.TokCost, rslice, tslice, rback, tback)
 	var g leaseGrant
 	if err == nil {

@@ -174,7 +174,7 @@ func TestRedisItemFailsAlone(t *testing.T) {
 	s := newStore(t, srv.URL(), Options{})
 	c := admission(store.RequestsPerMinute(1000), defTok, 1)
 	mustAdmit(t, s, "warm", c)
-	bad, _ := s.keys("bad")
+	bad := s.bucketKey("bad")
 	if err := s.client.Set(bg, bad, "x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestRedisBatchWhoseAnswerIsLostNeverDebitsTwice(t *testing.T) {
 	proxy.Latency(0, time.Minute) // Redis runs the call; its answer waits
 	flushed := make(chan struct{})
 	go func() { s.flush(); close(flushed) }()
-	last, _ := s.keys("org" + strconv.Itoa(n-1))
+	last := s.bucketKey("org" + strconv.Itoa(n-1))
 	wait.Until(t, "the settlements run", func() bool { return direct.Exists(bg, last).Val() == 1 })
 	proxy.Reset()
 	<-flushed
@@ -238,7 +238,7 @@ func TestRedisBatchWhoseAnswerIsLostNeverDebitsTwice(t *testing.T) {
 	// Each organization's 5 tokens charged once (read before the keys
 	// expire: a bucket this close to full lives a second).
 	for i := range n {
-		bucket, _ := s.keys("org" + strconv.Itoa(i))
+		bucket := s.bucketKey("org" + strconv.Itoa(i))
 		if v := redistest.HashInts(t, direct, bucket, "t"); v[0] == nil || *v[0] != defTok.Capacity-5*store.Unit {
 			t.Fatalf("org%d's token bucket is not one charge of 5 below full (%d units short)", i, defTok.Capacity-deref(v[0]))
 		}
@@ -253,7 +253,7 @@ func TestRedisBatchWhoseAnswerIsLostNeverDebitsTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := pretendBusy(t, ts)
-	bucket, _ := s.keys("acme")
+	bucket := s.bucketKey("acme")
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {

@@ -245,7 +245,7 @@ func orgOn(t *testing.T, s *Store, cc *redis.ClusterClient, addr string) string 
 	t.Helper()
 	for i := range 1000 {
 		org := "org" + strconv.Itoa(i)
-		key, _ := s.keys(org)
+		key := s.bucketKey(org)
 		node, err := cc.MasterForKey(bg, key)
 		if err != nil {
 			t.Fatal(err)
@@ -291,7 +291,7 @@ func TestClusterDownSettlementWaitsForRedis(t *testing.T) {
 	s.drain(t)
 
 	dead.Stop()
-	keyUp, _ := s.keys(orgUp)
+	keyUp := s.bucketKey(orgUp)
 	answersWith(t, up.Addr, keyUp, "-CLUSTERDOWN")
 	charge(orgUp, 10, 1)
 	if st := s.Stats(); st.SettlementsUnanswered != 0 || st.Pending == 0 {
@@ -438,7 +438,7 @@ func TestClusterBatchHoldsOneSlot(t *testing.T) {
 	slots := map[uint16]bool{}
 	for i := 0; len(orgs) < 40; i++ {
 		org := "org" + strconv.Itoa(i)
-		key, _ := s.keys(org)
+		key := s.bucketKey(org)
 		if m, err := cc.MasterForKey(bg, key); err != nil || m.Options().Addr != node.Addr {
 			continue
 		}
@@ -453,7 +453,7 @@ func TestClusterBatchHoldsOneSlot(t *testing.T) {
 	orgs = append(orgs, orgs[0])
 	c := admission(defReq, defTok, 1)
 	mustAdmit(t, s, orgs[1], c) // loads the script on the node
-	key1, _ := s.keys(orgs[1])
+	key1 := s.bucketKey(orgs[1])
 	nodeClient, err := cc.MasterForKey(bg, key1)
 	if err != nil {
 		t.Fatal(err)

@@ -30,9 +30,8 @@ func TestKeyOrg(t *testing.T) {
 		t.Errorf("keyOrg(long) = %q, want a distinct %%h hash", got)
 	}
 	s := &Store{prefix: "p:"}
-	b, h := s.keys("a}b{c")
-	if b != "p:{a%7Db%7Bc}:b" || h != "p:{a%7Db%7Bc}:h" {
-		t.Errorf("keys = %q %q", b, h)
+	if b := s.bucketKey("a}b{c"); b != "p:{a%7Db%7Bc}:b" {
+		t.Errorf("bucketKey = %q", b)
 	}
 }
 
@@ -71,14 +70,14 @@ func TestCancelledIsNoFailure(t *testing.T) {
 // 0x31C3 for "123456789").
 func TestKeySlot(t *testing.T) {
 	for key, want := range map[string]uint16{
-		"somekey":       11058,
-		"foo{hash_tag}": 2515,
-		"123456789":     0x31C3,
-		"{user1000}.x":  keySlot("user1000"),
-		"foo{}{bar}":    keySlot("foo{}{bar}"),
-		"t:{acme}:b":    keySlot("acme"),
-		"t:{acme}:h":    keySlot("acme"),
-		"a{b}c{d}":      keySlot("b"),
+		"somekey":                 11058,
+		"foo{hash_tag}":           2515,
+		"123456789":               0x31C3,
+		"{user1000}.x":            keySlot("user1000"),
+		"foo{}{bar}":              keySlot("foo{}{bar}"),
+		"t:{acme}:b":              keySlot("acme"),
+		"t:{acme}:budget:2026-11": keySlot("acme"),
+		"a{b}c{d}":                keySlot("b"),
 	} {
 		if got := keySlot(key); got != want {
 			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)

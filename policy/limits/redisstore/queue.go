@@ -288,8 +288,7 @@ func (s *Store) takeQueue() *queueFlush {
 
 	clock := s.clockArg()
 	for org, d := range f.holds {
-		_, hold := s.keys(org)
-		f.calls = append(f.calls, &scriptCall{kind: kindHold, keys: []string{hold}, args: []any{clock, d.Microseconds()}})
+		f.calls = append(f.calls, &scriptCall{kind: kindHold, keys: []string{s.bucketKey(org)}, args: []any{clock, d.Microseconds()}})
 		f.orgs = append(f.orgs, org)
 	}
 	f.nHolds = len(f.calls)
@@ -411,9 +410,8 @@ func (s *Store) unanswered(n int64) {
 
 // settleCall is the settlement script of p for org.
 func (s *Store) settleCall(org string, p pendingSettle, clock string) *scriptCall {
-	bucket, _ := s.keys(org)
 	req, tok := p.req, p.tok
-	keys := []string{bucket}
+	keys := []string{s.bucketKey(org)}
 	args := []any{clock, req.Capacity, req.Rate, tok.Capacity, tok.Rate, tok.Clamp(p.delta)*store.Unit - p.tokBack, p.reqBack}
 	for _, sp := range p.spend {
 		keys = append(keys, s.budgetKey(org, sp.Period))

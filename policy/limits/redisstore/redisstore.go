@@ -179,9 +179,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) keys(org string) (bucket, hold string) {
-	base := s.prefix + "{" + keyOrg(org) + "}:"
-	return base + "b", base + "h"
+// bucketKey names org's hash of its buckets and hold (see script.go).
+func (s *Store) bucketKey(org string) string {
+	return s.prefix + "{" + keyOrg(org) + "}:b"
 }
 
 // budgetKey names org's budget hash for a period.

@@ -16,8 +16,8 @@ import (
 // them all:
 //
 //	<prefix>{<org>}:b                hash: r, ra (requests level, at), t, ta (tokens level, at),
+//	                                 h (the upstream's hold: evaluations refused until),
 //	                                 x (kept until, on the server's clock; see expiry)
-//	<prefix>{<org>}:h                string: hold until (microseconds)
 //	<prefix>{<org>}:budget:<period>  hash: s (spent), r<minute> (reserved by
 //	                                 the requests admitted in that minute), in
 //	                                 nano-yuan; <period> is 2026-11-30 or 2026-11
@@ -61,7 +61,7 @@ local KEYS1, now, onserver, rcap, rrate, tcap, trate, s, r, t
 -- expiry is how long the key is to be kept from now (ms), and the time
 -- to record in its field x, or nil for each when its expiry stands. It
 -- keeps the key until both buckets are full again, when a missing key
--- reads the same, and at least a second: Redis expires by its own clock,
+-- reads the same, and the hold is over, and at least a second: Redis expires by its own clock,
 -- and a clock the caller pins (tests) does not move with it, so a key
 -- must not vanish between two calls made at one pinned time. On the
 -- server's clock it keeps the key twice that long and a second more, and
@@ -71,6 +71,8 @@ local KEYS1, now, onserver, rcap, rrate, tcap, trate, s, r, t
 -- margin (for a replica's clock after a failover) is left.
 local function expiry()
   local ttl = math.max(math.ceil(math.max(fullin(r, rcap, rrate), fullin(t, tcap, trate)) / 1000) + 1, 1000)
+  local hold = tonumber(s[6])
+  if hold and hold > now then ttl = math.max(ttl, math.ceil((hold - now) / 1000) + 1) end
   if not onserver then return ttl, nil end
   local x = tonumber(s[5])
   if x and x >= now + (ttl + 1000) * 1000 then return nil, nil end
@@ -107,7 +109,7 @@ onserver = now == nil
 if onserver then now = servertime() end
 rcap, rrate = tonumber(ARGV[2]), tonumber(ARGV[3])
 tcap, trate = tonumber(ARGV[4]), tonumber(ARGV[5])
-s = redis.call('HMGET', KEYS1, 'r', 'ra', 't', 'ta', 'x')
+s = redis.call('HMGET', KEYS1, 'r', 'ra', 't', 'ta', 'x', 'h')
 r, t = 0, 0
 if rcap > 0 then r = refill(s[1], s[2], rcap, rrate, now) end
 if tcap > 0 then t = refill(s[3], s[4], tcap, trate, now) end
@@ -121,7 +123,7 @@ if tcap > 0 then t = refill(s[3], s[4], tcap, trate, now) end
 // trate (units, units/µs; cap 0 is off), rcost, tcost (units; negative: not
 // consulted), hold ("1": check it), the caller's own hold (µs left); then
 // the budget (nano-yuan; 0: none), its reservation (nano-yuan; negative:
-// read only), and the boundaries of the three periods KEYS[3..5] name
+// read only), and the boundaries of the three periods KEYS[2..4] name
 // (previous, current, next: the current one's start and end, the next one's
 // end; unix µs): the script takes the one that holds its clock. Returns
 // {allowed, r, t, rwait, twait, holdwait, period (1-3, 0 without budget),
@@ -138,7 +140,7 @@ if blim > 0 then
   local b1, b2 = tonumber(ARGV[12]), tonumber(ARGV[13])
   bidx, bend = 2, b2
   if now < b1 then bidx, bend = 1, b1 elseif now >= b2 then bidx, bend = 3, tonumber(ARGV[14]) end
-  bkey = KEYS[2 + bidx]
+  bkey = KEYS[1 + bidx]
   slot = math.floor(now / ` + slotMicrosLua + `)
   local h = redis.call('HGETALL', bkey)
   local lapsed = {}
@@ -173,7 +175,7 @@ if bref == 1 then
   return {0, r, t, rwait, 0, 0, bidx, spent, resv, slot, 1}
 end
 if ARGV[8] == '1' then
-  local h = tonumber(redis.call('GET', KEYS[2]))
+  local h = tonumber(s[6])
   if h and h > now then holdwait = h - now end
   holdwait = math.max(holdwait, tonumber(ARGV[9]))
 end
@@ -247,7 +249,7 @@ return t
 // ARGV[7] units; negative: not consulted): a bucket that cannot pay that
 // grants nothing and reports its wait. The requests bucket is asked first;
 // when it refuses, no tokens are granted either (as admitBody changes
-// nothing then). No tokens are granted while the hold (KEYS[2]) lasts:
+// nothing then). No tokens are granted while the hold (the field h) lasts:
 // evaluations are refused meanwhile. Returns {requests granted, tokens
 // granted, r, t (levels after), rwait, twait, holdwait}.
 var leaseBody = `
@@ -258,7 +260,7 @@ local changed = false
 if rcap > 0 and rback > 0 then r = math.min(r + rback, rcap); changed = true end
 if tcap > 0 and tback > 0 then t = math.min(t + tback, tcap); changed = true end
 local holdwait = 0
-local h = tonumber(redis.call('GET', KEYS[2]))
+local h = tonumber(s[6])
 if h and h > now then holdwait = h - now end
 local rg, tg, rwait, twait = 0, 0, 0, 0
 if rcap > 0 and rneed >= 0 then
@@ -280,13 +282,19 @@ return {rg, tg, r, t, rwait, twait, holdwait}
 `
 
 // holdBody refuses evaluations until ARGV[1] (now) + ARGV[2] microseconds,
-// unless a longer hold is already in place. KEYS[1] is the hold key.
+// unless a longer hold is already in place: the field h of the bucket's
+// key (KEYS[1]), read by the admission with the levels, so that checking
+// for a hold costs no command of its own. The key is kept at least as
+// long as the hold (a missing key's levels read as full buckets), and its
+// expiry is never shortened here, so x stays a time it is kept until.
 var holdBody = `
 local now = tonumber(ARGV[1]) or servertime()
 local d = tonumber(ARGV[2])
-local cur = tonumber(redis.call('GET', KEYS[1]))
+local cur = tonumber(redis.call('HGET', KEYS[1], 'h'))
 if cur == nil or cur < now + d then
-  redis.call('SET', KEYS[1], string.format('%d', now + d), 'PX', math.ceil(d / 1000) + 1)
+  redis.call('HSET', KEYS[1], 'h', int(now + d))
+  local want = math.ceil(d / 1000) + 1
+  if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
 end
 return 0
 `
