@@ -28,6 +28,13 @@ const (
 	// more than one keeps a leader that is slow to be scheduled on a busy
 	// machine from holding up every admission behind it.
 	maxInflight = 4
+	// maxInflightSettle is the most pipelines in flight for a settlement to
+	// open one more: a settlement opens a pipeline only for an idle node,
+	// and otherwise rides the next one (an admission's, or the one a
+	// finishing leader hands on, at most a round trip later), as a budgeted
+	// request's second item should: its request has its answer and waits
+	// only to release it.
+	maxInflightSettle = 1
 )
 
 // scriptCall is one item of batchScript for a node batcher, and its
@@ -105,9 +112,13 @@ func (s *Store) batcher(node *redis.Client) *nodeBatcher {
 // admission, which the profile showed costing more than the timer.
 func (b *nodeBatcher) do(ctx context.Context, c *scriptCall, timeout time.Duration) (any, error) {
 	c.wake = make(chan struct{}, 1)
+	slots := maxInflight
+	if c.kind == kindSettle {
+		slots = maxInflightSettle
+	}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
-	if b.inflight < maxInflight {
+	if b.inflight < slots {
 		b.inflight++
 		// Leading already: another leader finishing its pipeline must
 		// neither take c into its own (c would return before its answer

@@ -148,8 +148,11 @@ func TestRedisAdmissionsShareAScriptCall(t *testing.T) {
 	if b.inflight != maxInflight-1 || len(b.pending) != 0 {
 		t.Fatalf("%d in flight, %d pending after the pipeline", b.inflight, len(b.pending))
 	}
-	// A lone admission, and a lone settlement, go at once, each in a
-	// pipeline of its own: no timer waits for company.
+	// A lone admission, and a lone settlement, go at once to an idle node,
+	// each in a pipeline of its own: no timer waits for company.
+	b.mu.Lock()
+	b.inflight = 0 // the pipelines pretendBusy made up will never end
+	b.mu.Unlock()
 	hook.Sent.Store(0)
 	mustAdmit(t, s, "acme", c)
 	if sent := hook.Sent.Load(); sent != 1 {
@@ -163,6 +166,51 @@ func TestRedisAdmissionsShareAScriptCall(t *testing.T) {
 	}
 	if v := redistest.HashInts(t, s.client, s.budgetKey("lone", "p"), "s"); v[0] == nil || *v[0] != 100 {
 		t.Fatalf("spent %v once the settlement returned, want 100", v[0])
+	}
+}
+
+// TestRedisSettlementRidesTheNextPipeline: a budgeted request's settlement
+// opens no pipeline of its own while the node has one in flight; it goes
+// with the next admission's, and returns once Redis has answered it.
+func TestRedisSettlementRidesTheNextPipeline(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv.URL(), Options{})
+	c := admission(store.RequestsPerMinute(1000), defTok, 1)
+	mustAdmit(t, s, "warm", c)
+	hook := &redistest.CountHook{}
+	s.client.AddHook(hook)
+	b := s.batcher(s.client.(*redis.Client))
+	b.mu.Lock()
+	b.inflight = 1 // a pipeline in flight, as far as the batcher knows
+	b.mu.Unlock()
+	nodeClient(t, srv.Addr).HSet(bg, s.budgetKey("budgeted", "p"), "r7", 1000)
+
+	settled := make(chan struct{})
+	go func() {
+		s.Settle("budgeted", budgetSettlement(7, 300, 1000), time.Time{})
+		close(settled)
+	}()
+	wait.Until(t, "the settlement queued or sent", func() bool {
+		select {
+		case <-settled:
+			return true
+		default:
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.pending) == 1
+	})
+	if sent := hook.Sent.Load(); sent != 0 {
+		t.Fatalf("the settlement opened %d pipelines beside the one in flight", sent)
+	}
+	mustAdmit(t, s, "acme", c) // leads the next pipeline, settlement and all
+	<-settled
+	if sent, scripts := hook.Sent.Load(), hook.Scripts.Load(); sent != 1 || scripts != 1 {
+		t.Fatalf("%d pipelines with %d script calls for an admission and a settlement, want 1 with 1", sent, scripts)
+	}
+	v := redistest.HashInts(t, s.client, s.budgetKey("budgeted", "p"), "s", "r7")
+	if v[0] == nil || *v[0] != 300 || v[1] != nil {
+		t.Fatalf("budget after the settlement: spent %v, reserved %v; want 300 spent, nothing reserved", v[0], v[1])
 	}
 }
 

@@ -67,9 +67,9 @@ func (s *Store) enqueue(org string, req, tok store.Spec, delta int64, sp *store.
 // settleNow settles one request that holds a budget reservation (its
 // token correction, charge and release, delta and sp as settle's) at once:
 // it rides the node's next script call, with the admissions waiting for
-// that node (a call of its own, sent at once, when the node has one free:
-// no timer waits for company), and settleNow returns once Redis has
-// answered, at most store_timeout later.
+// that node (a call of its own, sent at once, when the node has none in
+// flight: no timer waits for company; see maxInflightSettle), and
+// settleNow returns once Redis has answered, at most store_timeout later.
 // So the reservation has stopped counting before the request ends, for
 // every instance's next admission; queued, it would count until the next
 // flush, up to settleEvery plus a round trip later, and concurrent
