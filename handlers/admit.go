@@ -19,8 +19,9 @@ const (
 // admit runs the request's one admission inside a SpanAdmission span:
 // Admit, with its estimated tokens, for an evaluation to be forwarded; else
 // AdmitRequest.
-func (h *Handler) admit(ctx context.Context, org string, forward bool, estimated int64) limits.Decision {
-	ctx, span := startSpan(ctx, SpanAdmission)
+func (h *Handler) admit(ctx context.Context, x *exchange, forward bool, estimated int64) limits.Decision {
+	org := x.org
+	ctx, span := startSpan(ctx, x, SpanAdmission)
 	defer span.End()
 	var d limits.Decision
 	kind := admitRequest

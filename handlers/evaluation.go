@@ -103,10 +103,10 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	if h.limiter != nil {
 		var d limits.Decision
 		if refusal == nil && x.cached == nil {
-			d = h.admit(r.Context(), x.org, true, x.req.EstimatedTokens)
+			d = h.admit(r.Context(), x, true, x.req.EstimatedTokens)
 			defer func() { h.settle(x, d) }()
 		} else {
-			d = h.admit(r.Context(), x.org, false, 0)
+			d = h.admit(r.Context(), x, false, 0)
 		}
 		x.limits = &d
 		if a, refused := limitAnswer(d); refused {
@@ -172,7 +172,7 @@ func (h *Handler) inspect(r *http.Request, x *exchange) (*answer, error) {
 func (h *Handler) startCheck(ctx context.Context, x *exchange) {
 	ch := make(chan guardrails.Verdict, 1)
 	x.pending = ch
-	ctx, span := startSpan(ctx, SpanGuardrails)
+	ctx, span := startSpan(ctx, x, SpanGuardrails)
 	if !h.guardrails.Parallel() {
 		asked := h.now()
 		v := h.guardrails.Check(ctx, x.req.State)
@@ -282,7 +282,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 // readAnswer reads what the gateway needs of the upstream's response and
 // adds its headers, just before the response goes to the client.
 func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
-	ctx, span := startSpan(ctx, SpanReadAnswer)
+	ctx, span := startSpan(ctx, x, SpanReadAnswer)
 	var resp *evaluation.Response
 	defer func() { endReadAnswer(span, x, status, len(raw), resp != nil) }()
 	x.requestID = header.Get("X-Request-Id")

@@ -278,7 +278,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return x.refuse(w, answer{status: http.StatusUnauthorized, reason: rejectInvalidKey, body: []byte(bodyInvalidKey)})
 	}
 	if h.limiter != nil {
-		d := h.admit(r.Context(), x.org, false, 0)
+		d := h.admit(r.Context(), x, false, 0)
 		if a, refused := limitAnswer(d); refused {
 			h.metrics.limitRejected(d, h.orgLabel(x.org))
 			return x.refuse(w, a)

@@ -33,16 +33,17 @@ const tracerName = "github.com/systemone/systemone-gateway/handlers"
 // noSpan is the span of an untraced request: every method does nothing.
 var noSpan trace.Span = noop.Span{}
 
-// startSpan starts a child of the request's span when that span records,
-// from the tracer provider Caddy's tracing module gave it; otherwise it
-// returns ctx and noSpan. The handler depends on the OpenTelemetry API
-// only: the SDK and exporter are Caddy's.
-func startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
-	parent := trace.SpanFromContext(ctx)
-	if !parent.IsRecording() {
+// startSpan starts a child of the request's span (x.span, read from the
+// request's context once) when that span records, from the tracer provider
+// Caddy's tracing module gave it; otherwise it returns ctx and noSpan,
+// without walking the request's context again (a walk of every value Caddy
+// and the handlers put there, per span). The handler depends on the
+// OpenTelemetry API only: the SDK and exporter are Caddy's.
+func startSpan(ctx context.Context, x *exchange, name string) (context.Context, trace.Span) {
+	if !x.span.IsRecording() {
 		return ctx, noSpan
 	}
-	return parent.TracerProvider().Tracer(tracerName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	return x.span.TracerProvider().Tracer(tracerName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
 }
 
 // Attribute keys. None holds an API key, an Authorization value or request
