@@ -132,7 +132,9 @@ func (b *bench) monitor(ctx context.Context, reqs []harness.Request, n int) (map
 
 // classify names a command the gateway sent: its scripts by the kind of
 // their first item (batchScript's ARGV: the number of items, then each
-// item's kind; MONITOR shows EVALSHA sha numkeys keys... args...).
+// item's kind; MONITOR shows EVALSHA sha numkeys keys... args...). A call
+// carries one item when requests come one at a time, as in the MONITOR
+// run; a call of several counts as its first.
 func classify(args []string) string {
 	if len(args) == 0 {
 		return "?"

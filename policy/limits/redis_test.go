@@ -565,6 +565,14 @@ func TestRedisKeysExpire(t *testing.T) {
 	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 2000 || ms > 3001 {
 		t.Fatalf("bucket PTTL %s after a save within the hold, want 3s", reply)
 	}
+	// A shorter hold leaves the longer one in place, and mends a TTL that
+	// another writer left shorter than it.
+	srv.Do("PEXPIRE", "ttl:{brief}:b", "100")
+	hold(l, "brief", time.Second)
+	reply, _ = srv.Do("PTTL", "ttl:{brief}:b")
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 2000 || ms > 3001 {
+		t.Fatalf("bucket PTTL %s after a shorter hold, want the 3s hold's", reply)
+	}
 }
 
 // TestRedisClockBehindRefillsNothingTwice: a script whose clock is behind

@@ -81,7 +81,8 @@ type nodeBatcher struct {
 	health health
 	mu     sync.Mutex
 	// inflight counts the leaders: pipelines in flight or about to be.
-	// Below maxInflight, pending is empty.
+	// Below maxInflightSettle, pending is empty; below maxInflight it
+	// holds settlements only, waiting for the next pipeline.
 	inflight int
 	pending  []*scriptCall
 }

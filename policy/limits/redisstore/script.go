@@ -27,9 +27,10 @@ import (
 // so gateway clocks never matter. Numbers are written with %d: Lua's
 // default number format keeps only 14 digits.
 //
-// scriptHelpers are the bodies' pure functions, made once per call of
-// batchScript; scriptPrelude, the start of the admission, settlement and
-// lease bodies, reads the item's clock and buckets.
+// scriptHelpers are the bodies' functions, made once per call of
+// batchScript, and the item's state they share (set by scriptPrelude, the
+// start of the admission, settlement and lease bodies, which reads the
+// item's clock and buckets: every item sets all of it before any is read).
 const scriptHelpers = `
 local servernow
 local function servertime()
@@ -292,10 +293,13 @@ local now = tonumber(ARGV[1]) or servertime()
 local d = tonumber(ARGV[2])
 local cur = tonumber(redis.call('HGET', KEYS[1], 'h'))
 if cur == nil or cur < now + d then
-  redis.call('HSET', KEYS[1], 'h', int(now + d))
-  local want = math.ceil(d / 1000) + 1
-  if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
+  cur = now + d
+  redis.call('HSET', KEYS[1], 'h', int(cur))
 end
+-- the hold in place, new or longer, keeps the key (a TTL another writer
+-- left shorter is mended here too)
+local want = math.ceil((cur - now) / 1000) + 1
+if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
 return 0
 `
 

@@ -18,7 +18,7 @@ import (
 // once a script that returns at once, given the same KEYS and ARGV, is
 // taken off (Redis's per-call machinery and the arguments' tables), and
 // commands-µs/item the part of it in the commands the item's Lua calls
-// (HMGET, GET, HSET, ...), the rest being Lua's own. The
+// (TIME, HMGET, HSET, PEXPIRE), the rest being Lua's own. The
 // admissions are of 20 organizations in turn, with the limiter's default
 // buckets' rates and buckets large enough that every one is admitted, each
 // debiting one request and 1,500 tokens, holds checked.
