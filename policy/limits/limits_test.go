@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,6 +64,18 @@ func settle(l *Limiter, d Decision, actual int64) {
 	if l.shared != nil {
 		drain(l)
 	}
+}
+
+// pttl is key's time to live in srv, in milliseconds, as PTTL answers
+// (-2 for no key, -1 for no expiry).
+func pttl(t *testing.T, srv *redistest.Server, key string) int {
+	t.Helper()
+	reply, err := srv.Do("PTTL", key)
+	ms, perr := strconv.Atoi(strings.TrimPrefix(reply, ":"))
+	if err != nil || perr != nil {
+		t.Fatalf("PTTL %s: %q %v", key, reply, err)
+	}
+	return ms
 }
 
 func hold(l *Limiter, org string, d time.Duration) {

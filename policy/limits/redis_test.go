@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -523,15 +522,13 @@ func TestRedisKeysExpireOnServerClock(t *testing.T) {
 	if n := redistest.CommandCalls(t, srv.Addr)["pexpire"]; n != 1 {
 		t.Fatalf("%d PEXPIRE for 5 admissions within a second, want 1", n)
 	}
-	reply, _ := srv.Do("PTTL", "ttl:{acme}:b")
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 2000 || ms > 3000 {
-		t.Fatalf("bucket PTTL %s, want 3s (twice the second the buckets need, and a second)", reply)
+	if ms := pttl(t, srv, "ttl:{acme}:b"); ms <= 2000 || ms > 3000 {
+		t.Fatalf("bucket PTTL %dms, want 3s (twice the second the buckets need, and a second)", ms)
 	}
 	// A debit that needs longer renews at once: 10,000 tokens are 10s.
 	mustAllow(t, l.Admit(bg, "acme", 10_000))
-	reply, _ = srv.Do("PTTL", "ttl:{acme}:b")
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 20_000 || ms > 21_020 {
-		t.Fatalf("bucket PTTL %s after a 10s debit, want 21s", reply)
+	if ms := pttl(t, srv, "ttl:{acme}:b"); ms <= 20_000 || ms > 21_020 {
+		t.Fatalf("bucket PTTL %dms after a 10s debit, want 21s", ms)
 	}
 }
 
@@ -539,39 +536,34 @@ func TestRedisKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, Config{StoreTimeout: slow}, newFakeClock(), true, onRedis(srv.URL()), prefixed("ttl:"))
 	mustAllow(t, l.Admit(bg, "acme", 1000)) // tokens full again in 1s
-	reply, _ := srv.Do("PTTL", "ttl:{acme}:b")
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 0 || ms > 1001 {
-		t.Fatalf("bucket PTTL %s, want at most 1001ms", reply)
+	if ms := pttl(t, srv, "ttl:{acme}:b"); ms <= 0 || ms > 1001 {
+		t.Fatalf("bucket PTTL %dms, want at most 1001ms", ms)
 	}
 	// Full again within a millisecond, and kept a second all the same: a
 	// pinned clock does not move with Redis's.
 	mustAllow(t, l.Admit(bg, "brief", 1))
-	reply, _ = srv.Do("PTTL", "ttl:{brief}:b")
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms < 900 || ms > 1000 {
-		t.Fatalf("bucket PTTL %s, want a second", reply)
+	if ms := pttl(t, srv, "ttl:{brief}:b"); ms < 900 || ms > 1000 {
+		t.Fatalf("bucket PTTL %dms, want a second", ms)
 	}
 	// A hold keeps the key as long as it lasts: here longer than the
 	// buckets need.
 	hold(l, "brief", 3*time.Second)
-	reply, _ = srv.Do("PTTL", "ttl:{brief}:b")
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 2000 || ms > 3001 {
-		t.Fatalf("bucket PTTL %s with a 3s hold, want 3s", reply)
+	if ms := pttl(t, srv, "ttl:{brief}:b"); ms <= 2000 || ms > 3001 {
+		t.Fatalf("bucket PTTL %dms with a 3s hold, want 3s", ms)
 	}
 	// And the next save keeps it too (the request refused, but counted).
 	if d := l.Admit(bg, "brief", 1); d.Allowed {
 		t.Fatalf("admitted during the hold: %+v", d)
 	}
-	reply, _ = srv.Do("PTTL", "ttl:{brief}:b")
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 2000 || ms > 3001 {
-		t.Fatalf("bucket PTTL %s after a save within the hold, want 3s", reply)
+	if ms := pttl(t, srv, "ttl:{brief}:b"); ms <= 2000 || ms > 3001 {
+		t.Fatalf("bucket PTTL %dms after a save within the hold, want 3s", ms)
 	}
 	// A shorter hold leaves the longer one in place, and mends a TTL that
 	// another writer left shorter than it.
 	srv.Do("PEXPIRE", "ttl:{brief}:b", "100")
 	hold(l, "brief", time.Second)
-	reply, _ = srv.Do("PTTL", "ttl:{brief}:b")
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(reply, ":")); ms <= 2000 || ms > 3001 {
-		t.Fatalf("bucket PTTL %s after a shorter hold, want the 3s hold's", reply)
+	if ms := pttl(t, srv, "ttl:{brief}:b"); ms <= 2000 || ms > 3001 {
+		t.Fatalf("bucket PTTL %dms after a shorter hold, want the 3s hold's", ms)
 	}
 }
 

@@ -46,6 +46,22 @@ func pretendBusy(t *testing.T, s *testStore) *nodeBatcher {
 	return b
 }
 
+// admitTogether admits each of orgs on a goroutine of its own while b's
+// pipelines are busy, waits until every admission is queued, has them all
+// led in one pipeline, and returns their outcomes and errors in orgs' order.
+func admitTogether(s *testStore, b *nodeBatcher, orgs []string, c store.Check) ([]store.Outcome, []error) {
+	got := make([]store.Outcome, len(orgs))
+	errs := make([]error, len(orgs))
+	var wg sync.WaitGroup
+	for i, org := range orgs {
+		wg.Go(func() { got[i], errs[i] = s.Admit(bg, org, c, 0, time.Time{}) })
+	}
+	waitPending(b, len(orgs))
+	b.lead(nil)
+	wg.Wait()
+	return got, errs
+}
+
 // deref is *p, or 0 for nil.
 func deref(p *int64) int64 {
 	if p == nil {
@@ -228,15 +244,7 @@ func TestRedisItemFailsAlone(t *testing.T) {
 	}
 	b := pretendBusy(t, s)
 	orgs := []string{"a", "b", "bad", "c", "d"}
-	got := make([]store.Outcome, len(orgs))
-	errs := make([]error, len(orgs))
-	var wg sync.WaitGroup
-	for i, org := range orgs {
-		wg.Go(func() { got[i], errs[i] = s.Admit(bg, org, c, 0, time.Time{}) })
-	}
-	waitPending(b, len(orgs))
-	b.lead(nil)
-	wg.Wait()
+	got, errs := admitTogether(s, b, orgs, c)
 	for i, org := range orgs {
 		if org == "bad" {
 			if class, _ := classify(errs[i]); errs[i] == nil || class != "script" || !strings.Contains(errs[i].Error(), "WRONGTYPE") {

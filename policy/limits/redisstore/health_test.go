@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -465,15 +464,7 @@ func TestClusterBatchHoldsOneSlot(t *testing.T) {
 	hook := &redistest.CountHook{}
 	nodeClient.AddHook(hook)
 
-	got := make([]store.Outcome, len(orgs))
-	errs := make([]error, len(orgs))
-	var wg sync.WaitGroup
-	for i, org := range orgs {
-		wg.Go(func() { got[i], errs[i] = s.Admit(bg, org, c, 0, time.Time{}) })
-	}
-	waitPending(b, len(orgs))
-	b.lead(nil)
-	wg.Wait()
+	got, errs := admitTogether(s, b, orgs, c)
 	if sent, scripts := hook.Sent.Load(), hook.Scripts.Load(); sent != 1 || scripts != int64(len(slots)) {
 		t.Fatalf("%d pipelines with %d script calls for %d organizations in %d slots, want 1 with %d", sent, scripts, len(orgs), len(slots), len(slots))
 	}
