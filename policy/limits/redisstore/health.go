@@ -169,6 +169,7 @@ func (s *Store) probe(h *health) {
 			s.nodeBack(h)
 			return
 		}
+		s.wakeForResends()
 		delay = min(2*delay, s.probeMax)
 	}
 }
