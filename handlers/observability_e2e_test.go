@@ -363,9 +363,11 @@ func TestSettlementsPendingMetric(t *testing.T) {
 	waitFor(t, func() bool { return pending() == "0" }, 15*time.Second)
 }
 
-// A settlement whose answer Redis never sends is counted in
-// systemone_limit_settlements_lost_total{reason="unanswered"}, and the
-// count survives a reload that retires the limiter that lost it.
+// A settlement whose answer Redis never sends is sent again (with its id,
+// so that it runs once) and, once given up, counted in
+// systemone_limit_settlements_lost_total{reason="unanswered"}: here when a
+// reload retires the limiter that held it, before the minute it is sent
+// again is over. The count survives the reload.
 func TestSettlementsLostMetric(t *testing.T) {
 	rs := redistest.Start(t)
 	proxy := faultproxy.Start(t, rs.Addr)
@@ -392,10 +394,15 @@ func TestSettlementsLostMetric(t *testing.T) {
 	if resp, body := post(t, url, "lost-key", smallBody); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	waitFor(t, func() bool { return lost() == before+1 }, 10*time.Second)
+	// Its answer lost, the settlement waits to be sent again.
+	waitFor(t, func() bool { return metricValue(t, metricsURL, "systemone_limit_settlements_pending") == "1" }, 10*time.Second)
+	if n := lost(); n != before {
+		t.Fatalf("%d lost while it is still sent again, want %d", n, before)
+	}
 
-	proxy.Pass()
 	g.Reload(sites)
+	waitFor(t, func() bool { return lost() == before+1 }, 10*time.Second)
+	proxy.Pass()
 	if n := lost(); n != before+1 {
 		t.Errorf("after the reload retired the limiter: %d lost, want %d", n, before+1)
 	}

@@ -22,7 +22,7 @@ var (
 		"Settlements and holds waiting for Redis (one per organization and kind): queued, or sent and not yet answered. Near 0 while Redis answers; it grows while Redis is lost, and past 100,000 queued new ones are dropped.",
 		nil, nil)
 	settlementsLostDesc = prometheus.NewDesc("systemone_limit_settlements_lost_total",
-		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost, so the script may have run; not sent again). One Redis refused before it ran is queued again, not counted.",
+		"Settlements, holds and lease give-backs Redis may not have applied: dropped (never sent: Redis lost and the queue full) or unanswered (sent, the answer lost and not had within the minute a settlement is sent again with its id, so the script may have run; not sent again). One Redis refused before it ran is queued again, not counted.",
 		[]string{"reason"}, nil)
 )
 

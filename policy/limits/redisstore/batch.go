@@ -217,8 +217,9 @@ func (b *nodeBatcher) lead(self *scriptCall) {
 // call's answer in it. On a Redis Cluster a script call holds the items
 // of one slot only (see scriptGroups). A script call refused with
 // NOSCRIPT did not run: those go once more as EVAL, which loads the
-// script. Nothing else is sent twice: a call whose answer was lost may
-// have run, and an item debits. The pipeline is bounded by store_timeout
+// script. Nothing else is sent twice here: a call whose answer was lost
+// may have run, and an item debits (the settlement queue sends a
+// settlement again, with its id; see resend.go). The pipeline is bounded by store_timeout
 // from now: a caller gone does not cancel the others' admissions.
 func (s *Store) pipeline(node *redis.Client, calls []*scriptCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)

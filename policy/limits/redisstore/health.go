@@ -169,6 +169,7 @@ func (s *Store) probe(h *health) {
 			s.nodeBack(h)
 			return
 		}
+		s.wakeForResends()
 		delay = min(2*delay, s.probeMax)
 	}
 }
@@ -306,7 +307,8 @@ func hasCode(rerr redis.Error, codes []string) bool {
 // maxclients, authentication). Only such a settlement or lease give-back
 // is queued again, or, by a closed limiter, counted as dropped; any other
 // error (a timeout after the write, a connection broken mid-reply) may
-// have let it run, and a script debits: it is not sent again.
+// have let it run, and a script debits: an admission or lease exchange is
+// not sent again, a settlement only with its id (see answerLost).
 func notSent(err error) bool {
 	if errors.Is(err, errNotSent) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) ||
 		errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrClosed) {

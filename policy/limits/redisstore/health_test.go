@@ -39,7 +39,8 @@ func pipelineErr(t *testing.T, client *redis.Client, keys ...string) error {
 }
 
 // settleIn sends one settlement script to client in a pipeline bounded by
-// timeout, as a flush does, and returns its answer.
+// timeout, as a flush does, and returns its answer: keys are the bucket's
+// and budget periods', the settlement's id is new.
 func settleIn(client *redis.Client, timeout time.Duration, keys ...string) (any, error) {
 	s := New(client, "t:", Options{Timeout: timeout})
 	defer s.Close()
@@ -47,6 +48,8 @@ func settleIn(client *redis.Client, timeout time.Duration, keys ...string) (any,
 	for range keys[1:] {
 		args = append(args, 1000, 0, 0, time.Now().Add(time.Hour).UnixMicro())
 	}
+	id := strings.TrimSuffix(keys[0], ":b") + ":s:" + settleID()
+	keys = append([]string{keys[0], id}, keys[1:]...)
 	c := &scriptCall{node: client, kind: kindSettle, keys: keys, args: args}
 	s.pipeline(client, []*scriptCall{c})
 	return c.res, c.err
@@ -87,8 +90,10 @@ func do(t *testing.T, addr, want string, args ...string) {
 // script before it writes, taken from real servers, say the script did
 // not run (it is queued again), as do a refused connection and a closed
 // client; a timeout after the write and a script error do not (it may
-// have run: never sent twice). Each outage reply also counts towards the
-// node's loss.
+// have run). Of those, a timeout and a connection broken mid-reply say
+// its answer was lost (a settlement is sent again with its id); a script
+// error is an answer. Each outage reply also counts towards the node's
+// loss.
 func TestRefusedScriptIsNotSentAgain(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	cc, err := redispool.NewClient(cluster.URLs())
@@ -118,19 +123,19 @@ func TestRefusedScriptIsNotSentAgain(t *testing.T) {
 	}
 
 	type want struct {
-		notSent bool
-		class   string
+		notSent, answerLost bool
+		class               string
 	}
 	cases := map[string]struct {
 		err  func(t *testing.T) error
 		want want
 	}{
-		"MOVED": {func(t *testing.T) error { return pipelineErr(t, other, key) }, want{true, "moved"}},
+		"MOVED": {func(t *testing.T) error { return pipelineErr(t, other, key) }, want{true, false, "moved"}},
 		"ASK": {func(t *testing.T) error {
 			do(t, owner.Options().Addr, "+OK", "CLUSTER", "SETSLOT", strconv.FormatInt(slot, 10), "MIGRATING", otherID)
 			defer do(t, owner.Options().Addr, "+OK", "CLUSTER", "SETSLOT", strconv.FormatInt(slot, 10), "STABLE")
 			return pipelineErr(t, owner, key)
-		}, want{true, "moved"}},
+		}, want{true, false, "moved"}},
 		"TRYAGAIN": {func(t *testing.T) error {
 			if err := owner.Set(bg, "t:{migrating}:budget:2026-11", "x", time.Minute).Err(); err != nil {
 				t.Fatal(err)
@@ -138,47 +143,47 @@ func TestRefusedScriptIsNotSentAgain(t *testing.T) {
 			do(t, owner.Options().Addr, "+OK", "CLUSTER", "SETSLOT", strconv.FormatInt(slot, 10), "MIGRATING", otherID)
 			defer do(t, owner.Options().Addr, "+OK", "CLUSTER", "SETSLOT", strconv.FormatInt(slot, 10), "STABLE")
 			return pipelineErr(t, owner, key, "t:{migrating}:budget:2026-11")
-		}, want{true, "unavailable"}},
+		}, want{true, false, "unavailable"}},
 		"CLUSTERDOWN": {func(t *testing.T) error {
 			// A cluster node that serves no slot answers PING, and
 			// CLUSTERDOWN to every keyed command.
 			lone := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 			return pipelineErr(t, nodeClient(t, lone.Addr), key)
-		}, want{true, "unavailable"}},
+		}, want{true, false, "unavailable"}},
 		"MASTERDOWN": {func(t *testing.T) error {
 			replica := redistest.Start(t)
 			do(t, replica.Addr, "+OK", "CONFIG", "SET", "replica-serve-stale-data", "no")
 			do(t, replica.Addr, "+OK", "REPLICAOF", "127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 			return pipelineErr(t, nodeClient(t, replica.Addr), "t:{acme}:b")
-		}, want{true, "unavailable"}},
+		}, want{true, false, "unavailable"}},
 		"READONLY": {func(t *testing.T) error {
 			replica := redistest.Start(t)
 			do(t, replica.Addr, "+OK", "REPLICAOF", "127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 			return pipelineErr(t, nodeClient(t, replica.Addr), "t:{acme}:b")
-		}, want{true, "unavailable"}},
+		}, want{true, false, "unavailable"}},
 		"OOM": {func(t *testing.T) error {
 			full := redistest.Start(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction")
 			return pipelineErr(t, nodeClient(t, full.Addr), "t:{acme}:b")
-		}, want{true, "unavailable"}},
+		}, want{true, false, "unavailable"}},
 		"LOADING": {func(*testing.T) error {
 			return fmt.Errorf("pipeline: %w", serverError("LOADING Redis is loading the dataset in memory"))
-		}, want{true, "unavailable"}},
+		}, want{true, false, "unavailable"}},
 		"connection refused": {func(t *testing.T) error {
 			stopped := redistest.Start(t)
 			stopped.Stop()
 			return pipelineErr(t, nodeClient(t, stopped.Addr), "t:{acme}:b")
-		}, want{true, "connection_refused"}},
+		}, want{true, false, "connection_refused"}},
 		"client closed": {func(t *testing.T) error {
 			srv := redistest.Start(t)
 			c := nodeClient(t, srv.Addr)
 			_ = c.Close()
 			return pipelineErr(t, c, "t:{acme}:b")
-		}, want{true, "client_closed"}},
+		}, want{true, false, "client_closed"}},
 		"timeout after the write": {func(t *testing.T) error {
 			_, proxy, c := proxied(t)
 			proxy.BlackHole()
 			return pipelineErr(t, c, "t:{acme}:b")
-		}, want{false, "timeout"}},
+		}, want{false, true, "timeout"}},
 		"connection reset mid-reply": {func(t *testing.T) error {
 			srv, proxy, c := proxied(t)
 			// The script runs; its answer is held up, and the connection
@@ -195,7 +200,7 @@ func TestRefusedScriptIsNotSentAgain(t *testing.T) {
 			wait.Until(t, "the script run", func() bool { reply, _ := srv.Do("EXISTS", "t:{acme}:b"); return reply == ":1" })
 			proxy.Reset()
 			return <-got
-		}, want{false, "connection_closed"}},
+		}, want{false, true, "connection_closed"}},
 		"WRONGTYPE": {func(t *testing.T) error {
 			srv := redistest.Start(t)
 			c := nodeClient(t, srv.Addr)
@@ -203,7 +208,7 @@ func TestRefusedScriptIsNotSentAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			return pipelineErr(t, c, "t:{acme}:b")
-		}, want{false, "script"}},
+		}, want{false, false, "script"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -212,8 +217,8 @@ func TestRefusedScriptIsNotSentAgain(t *testing.T) {
 				t.Fatalf("got %v, want a %s reply", err, name)
 			}
 			class, _ := classify(err)
-			if got := (want{notSent(err), class}); got != tc.want {
-				t.Errorf("%v: notSent %v, class %s; want %v, %s", err, got.notSent, got.class, tc.want.notSent, tc.want.class)
+			if got := (want{notSent(err), answerLost(err), class}); got != tc.want {
+				t.Errorf("%v: got %+v, want %+v", err, got, tc.want)
 			}
 		})
 	}

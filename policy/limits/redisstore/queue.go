@@ -77,15 +77,24 @@ func (s *Store) enqueue(org string, req, tok store.Spec, delta int64, sp *store.
 // released. Only what cannot be sent now goes to the queue: while the
 // org's node is lost, and when the script did not run (see notSent: no
 // connection, no node, a cluster that refused it), to be sent by a flush
-// once Redis takes it. One whose answer is lost is counted and not sent
-// again (it may have run), as in a flush.
+// once Redis takes it. One whose answer is lost is sent again by the
+// flushes, with its id (see resend.go), as in a flush.
 func (s *Store) settleNow(org string, req, tok store.Spec, delta int64, sp store.SpendSettle) {
+	firstSent := time.Now()
 	c := s.settleCall(org, pendingSettle{req: req, tok: tok, delta: delta, spend: []store.SpendSettle{sp}}, s.clockArg())
 	_, err := s.run(context.Background(), c.kind, c.keys, c.args...)
 	switch {
 	case err == nil:
 	case notSent(err):
 		s.enqueue(org, req, tok, delta, &sp)
+	case answerLost(err):
+		s.mu.Lock()
+		if !s.addResend(resend{org: org, keys: c.keys, args: c.args, firstSent: firstSent}) {
+			s.mu.Unlock()
+			s.unanswered(1)
+			return
+		}
+		s.unlockAndSend()
 	default:
 		s.unanswered(1)
 	}
@@ -213,13 +222,15 @@ func (s *Store) settleLoop() {
 }
 
 // flush sends the queue as pipelines of at most flushLimit items per
-// node, holds first (they are rarer and matter more to the upstream).
-// Nothing is sent to a lost node: its entries wait for its probe. A
-// script whose answer is lost is not sent again (it may have run: a
-// second debit would charge twice); one that did not run (see notSent: no
-// connection, a cluster that refused it) is queued again. Its steps: take
-// the queue, send it per node, queue again what did not run, and then
-// count the flush done.
+// node, holds first (they are rarer and matter more to the upstream),
+// then the settlements, then those whose answer was lost before (see
+// resend.go). Nothing is sent to a lost node: its entries wait for its
+// probe. A settlement whose answer is lost is kept to be sent again as it
+// was, with its id, so that it runs once; one that did not run (see
+// notSent: no connection, a cluster that refused it) is queued again, and
+// so is a hold either way (a second hold changes nothing but extend it
+// from a later now). Its steps: take the queue, send it per node, keep
+// what is to be sent again, and then count the flush done.
 func (s *Store) flush() {
 	f := s.takeQueue()
 	if f == nil {
@@ -240,11 +251,16 @@ func (s *Store) flush() {
 type queueFlush struct {
 	settles map[string]pendingSettle
 	holds   map[string]time.Duration
-	// calls are the holds' scripts, then the settlements'; orgs[i] is
-	// calls[i]'s organization and nHolds the number of holds.
-	calls  []*scriptCall
-	orgs   []string
-	nHolds int
+	// resends are the settlements sent again (see resend.go), and at
+	// when f took them: the first send of the settlements it sends.
+	resends []resend
+	at      time.Time
+	// calls are the holds' scripts, then the settlements', then the
+	// resends'; orgs[i] is calls[i]'s organization, nHolds the number of
+	// holds and nSends that of holds and settlements.
+	calls          []*scriptCall
+	orgs           []string
+	nHolds, nSends int
 	// epoch is the flush's number (see Store.taken); taken is the number
 	// of entries it took (see Store.sending).
 	epoch uint64
@@ -256,9 +272,13 @@ type queueFlush struct {
 
 // takeQueue takes the queue for a flush and makes its scripts. It returns
 // nil when nothing can be sent (every node lost): the queue stays for the
-// probe, or, once the store is closed, is counted dropped.
+// probe, or, once the store is closed, is counted dropped (the resends
+// unanswered). Resends kept for retryFor are given up, counted
+// unanswered.
 func (s *Store) takeQueue() *queueFlush {
+	now := time.Now()
 	s.mu.Lock()
+	gaveUp := s.expireResends(now)
 	if s.health.allLost() {
 		abandoned := 0
 		if s.closed {
@@ -266,12 +286,16 @@ func (s *Store) takeQueue() *queueFlush {
 			abandoned = len(s.settles) + len(s.holds)
 			clear(s.settles)
 			clear(s.holds)
+			gaveUp += int64(len(s.resends))
+			s.resends = nil
 		}
 		s.mu.Unlock()
 		s.abandon(abandoned)
+		s.unanswered(gaveUp)
 		return nil
 	}
-	f := &queueFlush{}
+	f := &queueFlush{at: now, resends: s.resends}
+	s.resends = nil
 	if len(s.settles) > 0 {
 		f.settles, s.settles = s.settles, make(map[string]pendingSettle)
 	}
@@ -281,10 +305,11 @@ func (s *Store) takeQueue() *queueFlush {
 	s.dropping = false
 	s.taken++
 	f.epoch = s.taken
-	f.taken = int64(len(f.settles) + len(f.holds))
+	f.taken = int64(len(f.settles) + len(f.holds) + len(f.resends))
 	s.sending += f.taken
 	s.space.Broadcast()
 	s.mu.Unlock()
+	s.unanswered(gaveUp)
 
 	clock := s.clockArg()
 	for org, d := range f.holds {
@@ -295,6 +320,11 @@ func (s *Store) takeQueue() *queueFlush {
 	for org, p := range f.settles {
 		f.calls = append(f.calls, s.settleCall(org, p, clock))
 		f.orgs = append(f.orgs, org)
+	}
+	f.nSends = len(f.calls)
+	for _, r := range f.resends {
+		f.calls = append(f.calls, &scriptCall{kind: kindSettle, keys: r.keys, args: r.args})
+		f.orgs = append(f.orgs, r.org)
 	}
 	return f
 }
@@ -341,10 +371,12 @@ func (s *Store) sendPerNode(calls []*scriptCall) {
 }
 
 // requeue puts back in the queue what f's scripts prove never ran, and
-// counts the rest of the failures: unanswered (it may have run, and is
-// not sent again) or, by a closed store, dropped. It reports whether any
-// failed for another reason than its node being lost, to be tried again
-// after the pause.
+// the holds whose answer was lost; keeps to send again, as they were, the
+// settlements whose answer was lost (see resend.go); and counts the rest
+// of the failures: unanswered (answered with a script error; a resend
+// given up) or, by a closed store, dropped. It reports whether any failed
+// for another reason than its node being lost, to be tried again after
+// the pause.
 func (s *Store) requeue(f *queueFlush) (retry bool) {
 	var lost int64
 	abandoned := 0
@@ -353,16 +385,39 @@ func (s *Store) requeue(f *queueFlush) (retry bool) {
 		if c.err == nil {
 			continue
 		}
-		if !notSent(c.err) {
+		// A lost node's entries wait for its probe.
+		again := !errors.Is(c.err, errLost)
+		lostAnswer := answerLost(c.err)
+		switch {
+		case i >= f.nSends:
+			// A resend, failed again: kept, with its first send, unless
+			// Redis answered it or the store closed.
+			r := f.resends[i-f.nSends]
+			if !notSent(c.err) && !lostAnswer || !s.addResend(r) {
+				lost++
+				continue
+			}
+			retry = retry || again
+			f.backLeft = f.backLeft || r.givingBack
+			continue
+		case lostAnswer && i >= f.nHolds:
+			old := f.settles[f.orgs[i]]
+			r := resend{org: f.orgs[i], keys: c.keys, args: c.args, firstSent: f.at, givingBack: old.reqBack != 0 || old.tokBack != 0}
+			if !s.addResend(r) {
+				lost++
+				continue
+			}
+			retry = true
+			f.backLeft = f.backLeft || r.givingBack
+			continue
+		case lostAnswer && s.closed, !lostAnswer && !notSent(c.err):
 			lost++
 			continue
-		}
-		if s.closed {
+		case s.closed:
 			abandoned++
 			continue
 		}
-		// A lost node's entries wait for its probe.
-		retry = retry || !errors.Is(c.err, errLost)
+		retry = retry || again
 		org := f.orgs[i]
 		if i < f.nHolds {
 			s.holds[org] = max(s.holds[org], f.holds[org])
@@ -408,10 +463,11 @@ func (s *Store) unanswered(n int64) {
 	}
 }
 
-// settleCall is the settlement script of p for org.
+// settleCall is the settlement script of p for org, with an id of its
+// own (see resend.go).
 func (s *Store) settleCall(org string, p pendingSettle, clock string) *scriptCall {
 	req, tok := p.req, p.tok
-	keys := []string{s.bucketKey(org)}
+	keys := []string{s.bucketKey(org), s.settledKey(org, settleID())}
 	args := []any{clock, req.Capacity, req.Rate, tok.Capacity, tok.Rate, tok.Clamp(p.delta)*store.Unit - p.tokBack, p.reqBack}
 	for _, sp := range p.spend {
 		keys = append(keys, s.budgetKey(org, sp.Period))

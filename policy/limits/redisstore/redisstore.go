@@ -73,8 +73,12 @@ type Options struct {
 	// queue (default 20ms, settleEvery).
 	SettleEvery time.Duration
 	// MaxPending bounds the organizations queued for settlement (default
-	// 100,000, maxPending).
+	// 100,000, maxPending), and the settlements kept to send again.
 	MaxPending int
+	// RetryFor is how long a settlement whose answer was lost is sent
+	// again: 1 minute (retryFor) by default, and at most that (Redis
+	// remembers a settlement's id for twice as long; see resend.go).
+	RetryFor time.Duration
 }
 
 // Store keeps the buckets in Redis, shared by every gateway instance. It
@@ -93,6 +97,9 @@ type Store struct {
 	probeMin, probeMax time.Duration
 	// settleEvery is the pause after each flush of the queue.
 	settleEvery time.Duration
+	// retryFor is how long a settlement whose answer was lost is sent
+	// again (Options.RetryFor).
+	retryFor time.Duration
 
 	scriptErrSeen atomic.Bool
 	health        healthTable
@@ -102,18 +109,22 @@ type Store struct {
 	batchers   sync.Map
 	maxPending int
 
-	mu       sync.Mutex // guards the fields below
-	closed   bool
-	settles  map[string]pendingSettle
-	holds    map[string]time.Duration
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	settles map[string]pendingSettle
+	holds   map[string]time.Duration
+	// resends are the settlements whose answer was lost, to send again
+	// (see resend.go).
+	resends  []resend
 	dropping bool // a settlement was dropped since the last flush
 	// space is signalled when a flush takes the queue, Redis is lost or
 	// the store closes: what settle and hold wait for when it is full.
 	space *sync.Cond
-	// lostAnswers counts settlements and holds whose answer was lost (a
-	// timeout, a connection closed mid-pipeline): they may or may not
-	// have run, and are not sent again; dropped counts those never sent
-	// (Redis lost and the queue full).
+	// lostAnswers counts settlements and holds that may or may not have
+	// run and are not sent again: answered with a script error, or whose
+	// answer was lost and that were not answered within retryFor (or
+	// before the store closed); dropped counts those never sent (Redis
+	// lost and the queue full).
 	lostAnswers, dropped atomic.Int64
 	// sending counts the settlements and holds a flush has taken and not
 	// yet finished with (see Stats' Pending); guarded by mu.
@@ -145,6 +156,7 @@ func New(client Client, prefix string, o Options) *Store {
 		probeMin:    cmp.Or(o.ProbeMin, 100*time.Millisecond),
 		probeMax:    cmp.Or(o.ProbeMax, 5*time.Second),
 		settleEvery: cmp.Or(o.SettleEvery, settleEvery),
+		retryFor:    min(cmp.Or(o.RetryFor, retryFor), retryFor),
 		settles:     make(map[string]pendingSettle),
 		maxPending:  cmp.Or(o.MaxPending, maxPending),
 		holds:       make(map[string]time.Duration),
@@ -209,7 +221,7 @@ func (s *Store) Up() bool { return !s.health.down.Load() }
 // Stats implements store.Store.
 func (s *Store) Stats() store.Stats {
 	s.mu.Lock()
-	pending := int64(len(s.settles)+len(s.holds)) + s.sending
+	pending := int64(len(s.settles)+len(s.holds)+len(s.resends)) + s.sending
 	s.mu.Unlock()
 	return store.Stats{SettlementsDropped: s.dropped.Load(), SettlementsUnanswered: s.lostAnswers.Load(),
 		Pending: pending}

@@ -21,6 +21,8 @@ import (
 //	<prefix>{<org>}:budget:<period>  hash: s (spent), r<minute> (reserved by
 //	                                 the requests admitted in that minute), in
 //	                                 nano-yuan; <period> is 2026-11-30 or 2026-11
+//	<prefix>{<org>}:s:<id>           string "1": the settlement <id> has run
+//	                                 (kept for settledFor; see resend.go)
 //
 // Time is the Redis server's TIME in microseconds, read once per call of
 // batchScript (an item's ARGV[1] = ""; tests pin a clock by passing one),
@@ -201,17 +203,21 @@ end
 return {ok and 1 or 0, r, t, rwait, twait, holdwait, bidx, spent, resv, slot, 0}
 `
 
-// settleBody charges ARGV[6] units to the token bucket (a refund when
-// negative), between one bucket of debt and a full bucket, and gives
-// ARGV[7] units back to the requests bucket (what a lease did not spend),
-// up to a full bucket; ARGV[1..5] as admitBody. Each further key is a
-// budget period, with four ARGV from ARGV[8] on: the charge, the
-// reservation to release, the minute it was filed under, and the period's
-// end (unix µs). A period that is gone is created for a charge, unless it
-// ended more than the margin ago. Returns the new token level.
+// settleBody runs a settlement once: KEYS[2] names its id (see
+// resend.go), which it keeps for settledFor, and a settlement whose id is
+// kept already changes nothing. It charges ARGV[6] units to the token
+// bucket (a refund when negative), between one bucket of debt and a full
+// bucket, and gives ARGV[7] units back to the requests bucket (what a
+// lease did not spend), up to a full bucket; ARGV[1..5] as admitBody.
+// Each further key is a budget period, with four ARGV from ARGV[8] on:
+// the charge, the reservation to release, the minute it was filed under,
+// and the period's end (unix µs). A period that is gone is created for a
+// charge, unless it ended more than the margin ago. Returns the new token
+// level (the level as it is, for a settlement that ran before).
 var settleBody = `
-for i = 2, #KEYS do
-  local k, a = KEYS[i], 8 + (i - 2) * 4
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ` + settledForLua + `) then return t end
+for i = 3, #KEYS do
+  local k, a = KEYS[i], 8 + (i - 3) * 4
   local charge, release = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   if redis.call('EXISTS', k) == 1 then
     if charge > 0 then
@@ -365,4 +371,5 @@ var (
 	leaseSlotsLua   = strconv.Itoa(store.LeaseSlots)
 	periodMarginLua = strconv.FormatInt(store.PeriodMargin.Milliseconds(), 10)
 	maxSpentLua     = strconv.FormatInt(store.MaxSpent, 10)
+	settledForLua   = strconv.FormatInt(settledFor.Milliseconds(), 10)
 )
