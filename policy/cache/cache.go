@@ -72,6 +72,9 @@ type Cache struct {
 	// marks writes the markers of the flights led here, in Redis; nil
 	// in process.
 	marks ttlstore.Store
+	// markAfter is how long a flight's upstream call lasts before its
+	// marker is written: markAfter, but in tests.
+	markAfter time.Duration
 
 	mu      sync.Mutex
 	flights map[string]*flight // by entry key
@@ -114,7 +117,7 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger, waiting
 
 // newWithStore is a cache over any store.
 func newWithStore(s ttlstore.Store, ttl time.Duration, maxSize int64) *Cache {
-	return &Cache{store: s, waiting: noGauge{}, ttl: ttl, maxSize: maxSize, now: time.Now, release: func() error { return nil }, flights: make(map[string]*flight)}
+	return &Cache{store: s, waiting: noGauge{}, ttl: ttl, maxSize: maxSize, now: time.Now, release: func() error { return nil }, flights: make(map[string]*flight), markAfter: markAfter}
 }
 
 // noGauge counts nothing.

@@ -232,7 +232,7 @@ type marker struct {
 
 func (c *Cache) startMarker(entryKey string) *marker {
 	m := &marker{marks: c.marks, key: markerKey(entryKey)}
-	m.timer = time.AfterFunc(markAfter, m.beat)
+	m.timer = time.AfterFunc(c.markAfter, m.beat)
 	return m
 }
 
