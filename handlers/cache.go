@@ -85,11 +85,12 @@ func (h *Handler) answerFromCache(w http.ResponseWriter, r *http.Request, x *exc
 // looked up (raw: the whole body as sent, nil when it was not buffered
 // whole) just before it goes to the client: a 200 marks the key accepted
 // and is stored when the cache takes it (see cache.Cache.Takes); a 401 or
-// 403 forgets the key. It is recorded before the client has any of it, so
-// that the client's next identical request, to any instance, finds it, and
-// the identical requests waiting for this one look again: a stored miss
-// waits for the store (in Redis, one round trip bounded by
-// cache.StoreTimeout).
+// 403 forgets the key; a 5xx read whole goes to the identical requests
+// waiting for this one, which answer it too. It is recorded before the
+// client has any of it, so that the client's next identical request, to
+// any instance, finds it, and the identical requests waiting for this one
+// take the answer at once: a stored miss waits for the store (in Redis,
+// one round trip bounded by cache.StoreTimeout).
 func (h *Handler) recordAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
 	if x.lookup == nil {
 		return

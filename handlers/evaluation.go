@@ -39,8 +39,8 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		h.record(x)
 		x.body.release()
 	}()
-	// Identical misses waiting for this one look again when it ends, if
-	// they have not yet.
+	// Identical misses waiting for this one, if it ends without an answer
+	// or a failure for them, ask the upstream themselves.
 	defer func() { h.cache.Done(x.lookup) }()
 
 	key, ok := identity.BearerKey(r.Header)
