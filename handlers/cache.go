@@ -31,6 +31,8 @@ func (h *Handler) lookUpAnswer(ctx context.Context, x *exchange) {
 	x.lookup = h.cache.Lookup(ctx, who, x.body.bytes())
 	if a, ok := x.lookup.Hit(); ok {
 		x.cached = &a
+	} else if a, ok := x.lookup.Failed(); ok {
+		x.cached, x.sharedFailure = &a, true
 	}
 }
 
@@ -45,9 +47,19 @@ func (h *Handler) lookUpAnswer(ctx context.Context, x *exchange) {
 // accepted gzip) goes as it is to a client that accepts its coding, and
 // decoded to one that does not, as the upstream would have answered that
 // client.
+//
+// A request that waited for an identical one whose upstream failed answers
+// that failure the same way, as a miss: the upstream's 5xx (its status,
+// Content-Type, body and x-request-id), or the gateway's own 502 or 504.
 func (h *Handler) answerFromCache(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	a := x.cached
 	x.cache = cacheHit
+	if x.sharedFailure {
+		x.cache = cacheMiss
+		if a.Reject != "" {
+			return x.answer(w, answer{status: a.Status, reason: a.Reject, body: a.Body})
+		}
+	}
 	body, coding := a.Body, a.ContentEncoding
 	hdr := w.Header()
 	if coding != "" {
@@ -73,13 +85,24 @@ func (h *Handler) answerFromCache(w http.ResponseWriter, r *http.Request, x *exc
 // looked up (raw: the whole body as sent, nil when it was not buffered
 // whole) just before it goes to the client: a 200 marks the key accepted
 // and is stored when the cache takes it (see cache.Cache.Takes); a 401 or
-// 403 forgets the key. It is recorded before the client has any of it, so
-// that the client's next identical request, to any instance, finds it, and
-// the identical requests waiting for this one look again: a stored miss
-// waits for the store (in Redis, one round trip bounded by
-// cache.StoreTimeout).
+// 403 forgets the key; a 5xx read whole goes to the identical requests
+// waiting for this one, which answer it too. It is recorded before the
+// client has any of it, so that the client's next identical request, to
+// any instance, finds it, and the identical requests waiting for this one
+// take the answer at once: a stored miss waits for the store (in Redis,
+// one round trip bounded by cache.StoreTimeout).
 func (h *Handler) recordAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
 	if x.lookup == nil {
+		return
+	}
+	if status >= http.StatusInternalServerError && raw != nil {
+		h.cache.Fail(x.lookup, cache.Answer{
+			Status:          status,
+			ContentType:     header.Get("Content-Type"),
+			ContentEncoding: header.Get("Content-Encoding"),
+			RequestID:       x.requestID,
+			Body:            raw,
+		})
 		return
 	}
 	var stored *cache.Answer
@@ -93,6 +116,16 @@ func (h *Handler) recordAnswer(ctx context.Context, x *exchange, header http.Hea
 		}
 	}
 	h.cache.Record(ctx, x.lookup, status, stored)
+}
+
+// shareFailure hands the gateway's own answer for an upstream that could
+// not be reached or timed out to the identical requests waiting for this
+// one, if it leads any: they answer it too, at once.
+func (h *Handler) shareFailure(x *exchange, a answer) {
+	if h.cache == nil || !x.lookup.Leads() {
+		return
+	}
+	h.cache.Fail(x.lookup, cache.Answer{Status: a.status, ContentType: contentTypeJSON, Body: a.body, Reject: a.reason})
 }
 
 // acceptsCoding reports whether the request's Accept-Encoding takes the

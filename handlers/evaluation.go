@@ -39,8 +39,8 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 		h.record(x)
 		x.body.release()
 	}()
-	// Identical misses waiting for this one look again when it ends, if
-	// they have not yet.
+	// Identical misses waiting for this one, if it ends without an answer
+	// or a failure for them, ask the upstream themselves.
 	defer func() { h.cache.Done(x.lookup) }()
 
 	key, ok := identity.BearerKey(r.Header)
@@ -219,6 +219,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	respBuf.Reset()
 	defer buffers.Put(respBuf)
 	rec := newInterceptor(w, respBuf, maxResponseBuffer, h.ownedPrefixes, commit)
+	// The identical requests waiting for this one answer its failure too.
+	rec.holdFailures = x.lookup.Leads()
 
 	body := newUpstreamBody(x.body)
 	r.Body = body
@@ -276,7 +278,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 		return err
 	}
 	x.upstreamErr = err
-	return x.answer(w, upstreamFailure(err))
+	failure := upstreamFailure(err)
+	h.shareFailure(x, failure)
+	return x.answer(w, failure)
 }
 
 // readAnswer reads what the gateway needs of the upstream's response and
@@ -373,16 +377,17 @@ type exchange struct {
 	reject    string
 	forwarded bool
 
-	ticket       *breaker.Ticket
-	breakerState string
-	limits       *limits.Decision
-	pending      <-chan guardrails.Verdict // the guardrails check under way
-	verdict      *guardrails.Verdict       // its verdict, once taken; nil when the client left first
-	verdictTaken bool
-	route        *route.Decision
-	lookup       *cache.Lookup // what the answer cache found, before the admission; nil when it was not asked
-	cached       *cache.Answer // the answer the cache holds for the request, found before the admission
-	cache        string        // X-Cache and the log's `cache`: hit, miss, or empty before the upstream step
+	ticket        *breaker.Ticket
+	breakerState  string
+	limits        *limits.Decision
+	pending       <-chan guardrails.Verdict // the guardrails check under way
+	verdict       *guardrails.Verdict       // its verdict, once taken; nil when the client left first
+	verdictTaken  bool
+	route         *route.Decision
+	lookup        *cache.Lookup // what the answer cache found, before the admission; nil when it was not asked
+	cached        *cache.Answer // the answer the cache holds for the request, found before the admission
+	sharedFailure bool          // cached is the failure of an identical request this one waited for
+	cache         string        // X-Cache and the log's `cache`: hit, miss, or empty before the upstream step
 
 	upstreamStatus int   // the status the upstream answered, 0 when it did not
 	upstreamErr    error // why the upstream could not be reached

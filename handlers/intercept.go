@@ -11,8 +11,8 @@ import (
 
 // commitFunc is called once, just before the first byte of the upstream's
 // response would reach the client, with the response's status and — for a
-// 200 whose body fit the buffering bound — the whole body as the upstream
-// sent it (body is nil otherwise). It adds the gateway's headers to the
+// 200 (or a held 5xx) whose body fit the buffering bound — the whole body as
+// the upstream sent it (body is nil otherwise). It adds the gateway's headers to the
 // response headers, and returns false to discard the upstream's response
 // (a parallel guardrails check that blocked), in which case the handler
 // answers instead.
@@ -28,6 +28,9 @@ type interceptor struct {
 	owned  []string // header namespaces no informational response may carry
 	commit commitFunc
 	buf    *bytes.Buffer
+	// holdFailures buffers a 5xx as a 200 is, so that its whole body
+	// reaches the commit (the requests waiting for this one answer it).
+	holdFailures bool
 
 	status         int  // of the response the client gets, if it is the upstream's
 	upstreamStatus int  // the status the upstream wrote, kept when its response is dropped
@@ -101,7 +104,7 @@ func (i *interceptor) WriteHeader(status int) {
 		return
 	}
 	i.status, i.upstreamStatus, i.wroteHeader = status, status, true
-	if status != http.StatusOK {
+	if status != http.StatusOK && (!i.holdFailures || status < http.StatusInternalServerError) {
 		i.flushOut(nil)
 	}
 }

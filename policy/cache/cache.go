@@ -29,6 +29,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -49,14 +50,6 @@ import (
 // as the guardrails verdict cache's.
 const StoreTimeout = 100 * time.Millisecond
 
-// Bounds of coalescing: at most maxFlights distinct requests are led at
-// once (past it a miss leads nothing and nobody waits for it), and at most
-// maxFollowers wait for one (past it a miss goes to the upstream itself).
-const (
-	maxFlights   = 10_000
-	maxFollowers = 1_000
-)
-
 // RedisClient is the part of a go-redis client the cache uses; the
 // handler's redis.UniversalClient (a server or a cluster) is one.
 type RedisClient = redisstore.Client
@@ -76,14 +69,15 @@ type Cache struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// marks writes the markers of the flights led here, in Redis; nil
+	// in process.
+	marks ttlstore.Store
+	// markAfter is how long a flight's upstream call lasts before its
+	// marker is written: markAfter, but in tests.
+	markAfter time.Duration
+
 	mu      sync.Mutex
 	flights map[string]*flight // by entry key
-}
-
-// flight is a miss at the upstream that identical requests wait for.
-type flight struct {
-	done      chan struct{}
-	followers int
 }
 
 // New validates cfg, applies its defaults and returns the cache. With rdb
@@ -105,6 +99,10 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger, waiting
 			Prefix: prefix + "cache:", TTL: ttl, Timeout: StoreTimeout, Logger: logger,
 			Name: "answer cache", Degraded: "answering misses",
 		}), ttl, cfg.MaxSize)
+		c.marks = redisstore.New(rdb, redisstore.Options{
+			Prefix: prefix + "cache:", TTL: markerTTL, Timeout: StoreTimeout, Logger: logger,
+			Name: "answer cache's markers", Degraded: "coalescing in process only",
+		})
 	} else {
 		name := fmt.Sprintf("answers|%s|ttl=%v|max_entries=%d|max_size=%d", prefix, ttl, cfg.MaxEntries, cfg.MaxSize)
 		store, release := memstore.Acquire(name, memstore.Limits{Entries: cfg.MaxEntries, TTL: ttl})
@@ -119,7 +117,7 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger, waiting
 
 // newWithStore is a cache over any store.
 func newWithStore(s ttlstore.Store, ttl time.Duration, maxSize int64) *Cache {
-	return &Cache{store: s, waiting: noGauge{}, ttl: ttl, maxSize: maxSize, now: time.Now, release: func() error { return nil }, flights: make(map[string]*flight)}
+	return &Cache{store: s, waiting: noGauge{}, ttl: ttl, maxSize: maxSize, now: time.Now, release: func() error { return nil }, flights: make(map[string]*flight), markAfter: markAfter}
 }
 
 // noGauge counts nothing.
@@ -134,93 +132,90 @@ type Lookup struct {
 	recordKey string
 	answer    Answer
 	hit       bool
-	// keyFresh is whether the key's record is young enough (under half
-	// the ttl) not to be written again after another 200.
-	keyFresh bool
+	// known is whether the upstream accepted the asker's key within the
+	// ttl, as the key's record says; keyFresh whether that record is
+	// young enough (under half the ttl) not to be written again after
+	// another 200.
+	known, keyFresh bool
+	// failure is the failure of the identical request this one waited
+	// for, handed over instead of asking the upstream again.
+	failure *Answer
 	// leads is the flight of identical requests waiting for this miss.
 	leads *flight
 }
 
-// Hit returns the stored answer, when the lookup found one for the asker.
+// Hit returns the stored answer, when the lookup found one for the asker
+// (or the answer of the identical request it waited for).
 func (l *Lookup) Hit() (Answer, bool) { return l.answer, l.hit }
+
+// Failed returns the failure of the identical request this one waited
+// for: an upstream 5xx, or the gateway's 502 or 504 (Answer.Reject set).
+// The request answers it instead of asking the upstream.
+func (l *Lookup) Failed() (Answer, bool) {
+	if l == nil || l.failure == nil {
+		return Answer{}, false
+	}
+	return *l.failure, true
+}
+
+// Leads reports whether identical requests may wait for this one's
+// answer: its upstream's failure is then worth keeping whole (Fail).
+func (l *Lookup) Leads() bool { return l != nil && l.leads != nil }
 
 // Lookup looks for the answer stored for who's request body, in one round
 // trip with the record of who's key: an entry is a hit only for an asker
 // of its scope and org whose key the upstream accepted within the ttl.
 //
-// A miss coalesces: while an identical request (same scope, org and body)
-// is at the upstream, the miss waits for its answer (or for ctx to end) and
-// looks again, so that identical requests arriving together ask the
-// upstream once. The second look is as strict as the first: a waiter whose
-// key was never accepted misses and goes to the upstream itself. A miss
-// that finds no identical request under way leads the ones that arrive
-// after it, until Record or Done. Each request passes its own identity,
-// limits and guardrails: the wait happens before the admission.
+// A miss coalesces (see flight.go): while an identical request (same
+// scope, org and body) is at the upstream, here or at another instance
+// sharing Redis, the miss waits for it and takes its outcome. A request
+// with the leader's own key waits without a lookup.
 func (c *Cache) Lookup(ctx context.Context, who Asker, body []byte) *Lookup {
 	l := &Lookup{asker: who, entryKey: EntryKey(who.Scope, who.Org, body), recordKey: keyRecordKey(who)}
-	c.find(ctx, l)
-	if !l.hit && c.follow(ctx, l) {
-		c.find(ctx, l)
+	if c.joinSameKey(ctx, l) {
+		return l
+	}
+	remote := c.find(ctx, l)
+	if !l.hit {
+		c.coalesce(ctx, l, remote)
 	}
 	return l
 }
 
-func (c *Cache) find(ctx context.Context, l *Lookup) {
-	values := c.store.Get(ctx, l.entryKey, l.recordKey)
+// find reads the entry and the key's record (and, with Redis, the
+// request's marker, which it returns: another instance's flight), in one
+// round trip.
+func (c *Cache) find(ctx context.Context, l *Lookup) (marker []byte) {
+	keys := []string{l.entryKey, l.recordKey}
+	if c.marks != nil {
+		keys = append(keys, markerKey(l.entryKey))
+	}
+	values := c.store.Get(ctx, keys...)
 	accepted, ok := decodeAccepted(values[1])
 	age := c.now().Sub(accepted)
-	known := ok && age < c.ttl
-	l.keyFresh = known && age < c.ttl/2
-	if values[0] == nil || !known {
-		return
+	l.known = ok && age < c.ttl
+	l.keyFresh = l.known && age < c.ttl/2
+	if c.marks != nil {
+		marker = values[2]
 	}
-	scope, org, a, err := decode(values[0])
+	if c.entryFor(l, values[0]) {
+		return nil
+	}
+	return marker
+}
+
+// entryFor makes l a hit when value is an entry of its asker's scope and
+// org, and the asker's key is known accepted.
+func (c *Cache) entryFor(l *Lookup, value []byte) bool {
+	if value == nil || !l.known {
+		return false
+	}
+	scope, org, a, err := decode(value)
 	if err != nil || scope != l.asker.Scope || org != l.asker.Org {
-		return
+		return false
 	}
 	l.answer, l.hit = a, true
-}
-
-// follow waits for the flight of l's request, if one is under way and
-// has room, and reports whether it did; else l leads a new flight, if
-// there is room for one.
-func (c *Cache) follow(ctx context.Context, l *Lookup) bool {
-	c.mu.Lock()
-	f, ok := c.flights[l.entryKey]
-	switch {
-	case !ok && len(c.flights) < maxFlights:
-		l.leads = &flight{done: make(chan struct{})}
-		c.flights[l.entryKey] = l.leads
-		fallthrough
-	case !ok || f.followers >= maxFollowers:
-		c.mu.Unlock()
-		return false
-	}
-	f.followers++
-	c.mu.Unlock()
-	c.waiting.Add(1)
-	defer c.waiting.Add(-1)
-	select {
-	case <-f.done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// Done ends the flight l leads, if any: the requests waiting for it look
-// again. Calling it again does nothing.
-func (c *Cache) Done(l *Lookup) {
-	if l == nil || l.leads == nil {
-		return
-	}
-	c.mu.Lock()
-	if c.flights[l.entryKey] == l.leads {
-		delete(c.flights, l.entryKey)
-	}
-	c.mu.Unlock()
-	close(l.leads.done)
-	l.leads = nil
+	return true
 }
 
 // Cacheable reports whether a request can ever be answered from the cache:
@@ -241,15 +236,19 @@ func (c *Cache) Takes(status int, req *evaluation.Request, resp *evaluation.Resp
 // round trip: a 200 says the upstream accepted the asker's key (its record
 // is written, unless young) and stores answer when it is not nil (when the
 // cache Takes it; its bytes are copied); a 401 or 403 says the upstream
-// refuses the key, whose record goes at once. Then the requests waiting
-// for this one look again (Done).
+// refuses the key, whose record goes at once. The requests waiting for
+// this one take answer at once, before the store; with none, they go to
+// the upstream themselves.
 func (c *Cache) Record(ctx context.Context, l *Lookup, status int, answer *Answer) {
 	defer c.Done(l)
 	switch status {
 	case http.StatusOK:
 		writes := make([]ttlstore.Entry, 0, 2)
 		if answer != nil {
-			writes = append(writes, ttlstore.Entry{Key: l.entryKey, Value: encode(l.asker.Scope, l.asker.Org, *answer)})
+			v := encode(l.asker.Scope, l.asker.Org, *answer)
+			writes = append(writes, ttlstore.Entry{Key: l.entryKey, Value: v})
+			_, _, shared, _ := decode(v) // the waiters share the stored bytes
+			c.end(l, &shared, nil)
 		}
 		if !l.keyFresh {
 			writes = append(writes, ttlstore.Entry{Key: l.recordKey, Value: encodeAccepted(c.now())})
@@ -258,6 +257,20 @@ func (c *Cache) Record(ctx context.Context, l *Lookup, status int, answer *Answe
 	case http.StatusUnauthorized, http.StatusForbidden:
 		c.store.Delete(ctx, l.recordKey)
 	}
+}
+
+// Fail takes the failure of a request that missed and leads identical
+// ones: an upstream 5xx read whole, or the gateway's own 502 or 504 for an
+// upstream that could not be reached or timed out (a.Reject set). The
+// requests waiting for it, here and at other instances, answer it too,
+// at once, instead of asking a failing upstream again. a's body is copied.
+func (c *Cache) Fail(l *Lookup, a Answer) {
+	if !l.Leads() {
+		return
+	}
+	a.Body = bytes.Clone(a.Body)
+	c.end(l, nil, &a)
+	c.Done(l)
 }
 
 // Close releases the in-process entries, unless a newer config with the

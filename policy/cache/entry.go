@@ -35,6 +35,11 @@ type Answer struct {
 	// RequestID is the upstream's x-request-id.
 	RequestID string
 	Body      []byte
+	// Reject is, for an upstream failure the gateway answered itself (a
+	// 502 or 504 handed to the requests that waited for it), the
+	// gateway's X-Gateway-Reject reason; empty for the upstream's own
+	// answer. Nothing stored has one.
+	Reject string
 }
 
 // Asker is who sends a request, as the cache scopes its entries.
