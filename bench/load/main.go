@@ -236,7 +236,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "\n%s's checked answers: %d hits, %d misses (a Redis lookup over the cache's 100 ms timeout is a miss, forwarded)\n",
 		harness.Cached, hits, misses)
 	if slices.Contains(o.configs, harness.Everything) {
-		fmt.Fprintf(out, "%s's checked answers: %d misses, no hit (the alias's answers are never stored); answer cache GETs per request in its measured runs (E's GETs less Lb's; 2 a lookup, more when a request waited for an identical one and looked again, fewer while the cache rested Redis): %s\n",
+		fmt.Fprintf(out, "%s's checked answers: %d misses, no hit (the alias's answers are never stored); answer cache GETs per request in its measured runs (E's GETs less Lb's; 3 a lookup: the entry, the key's record and another instance's marker; more while a request waited on another instance's identical one, fewer while the cache rested Redis): %s\n",
 			harness.Everything, harness.MissedAnswers.Load(), b.lookups())
 	}
 	return stack.Alive()

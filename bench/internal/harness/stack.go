@@ -104,8 +104,8 @@ var Keys = []string{"bench-key-1", "bench-key-2", "bench-key-3", "bench-key-4", 
 
 // missKeys are Everything's bearer keys, 32 organizations per key of
 // Keys: the answer cache makes an identical miss wait for the one at the
-// upstream and then look again (see docs/cache.md), so identical requests
-// in flight at once would each pay a second lookup and a wait. Sent
+// upstream and take its answer (see docs/cache.md), so identical requests
+// in flight at once would measure a wait, not a request. Sent
 // round-robin, 256 organizations keep every request in flight distinct at
 // the benchmark's concurrency (32 clients; at most 128 workers at the fixed
 // rate) unless one request takes as long as 256 others.
