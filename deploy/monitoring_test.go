@@ -29,6 +29,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -527,8 +528,7 @@ func (s *stack) drive(t *testing.T, round int) int {
 			ID string `json:"id"`
 		} `json:"items"`
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Within(t, wait.Bound, fmt.Sprintf("round %d's %d entries to review", round, queued), func() error {
 		a := s.send(t, "GET", "/review/items?unlabeled=1", "", "")
 		if a.status != 200 {
 			t.Fatalf("GET /review/items: %d %s", a.status, a.body)
@@ -536,14 +536,11 @@ func (s *stack) drive(t *testing.T, round int) int {
 		if err := json.Unmarshal(a.body, &page); err != nil {
 			t.Fatal(err)
 		}
-		if len(page.Items) >= queued {
-			break
+		if len(page.Items) < queued {
+			return fmt.Errorf("%d entries", len(page.Items))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("round %d: %d entries to review, want %d", round, len(page.Items), queued)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	for i, item := range page.Items {
 		body := fmt.Sprintf(`{"labels":{"late":%t},"reviewer":"monitoring-test"}`, i%2 == 0)
 		if a := s.send(t, "PUT", "/review/items/"+item.ID+"/labels", "", body); a.status != http.StatusNoContent {
@@ -611,24 +608,23 @@ func startPrometheusConfig(t *testing.T, bin, dir, config string) *prometheusSer
 	})
 	p := &prometheusServer{url: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second}}
 	t.Cleanup(p.client.CloseIdleConnections)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := p.client.Get(p.url + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
+	wait.Within(t, 30*time.Second, "prometheus ready", func() error {
 		select {
 		case <-exited:
 			t.Fatalf("prometheus exited:\n%s", output.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready within 30s:\n%s", output.String())
+		resp, err := p.client.Get(p.url + "/-/ready")
+		if err != nil {
+			return err
 		}
-	}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("/-/ready: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	return p
 }
 
 // lockedBuffer collects a process's output.
@@ -715,20 +711,16 @@ func (p *prometheusServer) query(expr string) ([]float64, error) {
 // waitFor polls an instant query until one of its values satisfies ok.
 func (p *prometheusServer) waitFor(t *testing.T, what, expr string, ok func(float64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Within(t, 20*time.Second, what, func() error {
 		values, err := p.query(expr)
 		if err != nil {
 			t.Fatalf("%s: %v", expr, err)
 		}
-		if slices.ContainsFunc(values, ok) {
-			return
+		if !slices.ContainsFunc(values, ok) {
+			return fmt.Errorf("%s = %v", expr, values)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not seen within 20s (%s = %v)", what, expr, values)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (p *prometheusServer) labelValues(t *testing.T, label, match string) []string {

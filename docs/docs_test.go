@@ -49,6 +49,7 @@ import (
 
 	_ "github.com/systemone/systemone-gateway"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 // root is the repository, relative to this package.
@@ -531,24 +532,19 @@ func (sh *shell) serve(config, file string, env []string) {
 		}
 	}
 	addr := sh.ports.Replace("127.0.0.1:8080")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
+	wait.Within(t, 30*time.Second, "the gateway listening on "+addr, func() error {
 		select {
 		case <-exited:
 			t.Fatalf("the gateway exited:\n%s", output.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Fatalf("the gateway does not listen on %s within 30s:\n%s", addr, output.String())
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return err
 		}
-	}
+		c.Close()
+		return nil
+	})
 }
 
 func freePort(t *testing.T) int {

@@ -21,6 +21,7 @@ import (
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -78,17 +79,17 @@ const invalidBody = `{"state":"s"}`
 // probes again.
 func waitRemaining(t *testing.T, url, key, want string) http.Header {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	c := &client{tr: &http.Transport{DisableKeepAlives: true}}
-	for {
+	var header http.Header
+	wait.Within(t, wait.Bound, "X-Budget-Remaining "+want, func() error {
 		r := c.post(url, key, invalidBody)
-		if got := r.header.Get("X-Budget-Remaining"); r.err == nil && got == want {
-			return r.header
-		} else if time.Now().After(deadline) {
-			t.Fatalf("X-Budget-Remaining %q, want %q: %v", got, want, r)
+		if got := r.header.Get("X-Budget-Remaining"); r.err != nil || got != want {
+			return fmt.Errorf("X-Budget-Remaining %q: %v", got, r)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		header = r.header
+		return nil
+	})
+	return header
 }
 
 // nextMonth is the first of next month in UTC, as X-Budget-Reset writes it
@@ -307,17 +308,13 @@ func yuanText(y float64) string {
 // and returns it.
 func waitRemainingBelow(t *testing.T, url, key, full string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got string
+	wait.Until(t, "the request in flight to reserve", func() bool {
 		resp, _ := post(t, url, key, invalidBody)
-		if got := resp.Header.Get("X-Budget-Remaining"); got != full && got != "" {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the request in flight reserved nothing")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		got = resp.Header.Get("X-Budget-Remaining")
+		return got != full && got != ""
+	})
+	return got
 }
 
 // Spend survives a config reload, as the buckets do; a price changed by the
@@ -506,21 +503,17 @@ func TestBudgetTwoProcesses(t *testing.T) {
 	cl := redis.NewClient(&redis.Options{Addr: rdb.Addr})
 	defer cl.Close()
 	want := map[string]string{"s": strconv.Itoa(tokens * 1_000_000)}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Within(t, wait.Bound, fmt.Sprintf("Redis to hold %v", want), func() error {
 		keys, _ := cl.Keys(context.Background(), "systemone:*:budget:*").Result()
 		var h map[string]string
 		if len(keys) == 1 {
 			h, _ = cl.HGetAll(context.Background(), keys[0]).Result()
 		}
-		if fmt.Sprint(h) == fmt.Sprint(want) {
-			break
+		if fmt.Sprint(h) != fmt.Sprint(want) {
+			return fmt.Errorf("%v in %v", h, keys)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis holds %v in %v, want %v", h, keys, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // With guardrails in parallel, a request whose verdict comes back blocked

@@ -23,6 +23,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -150,7 +151,7 @@ func TestFaultsRedis(t *testing.T) {
 				})
 			}
 			if f.breaks {
-				waitLog(t, g.Log, "redis lost", len(modes), 5*time.Second)
+				waitLog(t, g.Log, "redis lost", len(modes), wait.Bound)
 			}
 
 			f.clear(e)
@@ -308,7 +309,7 @@ func TestFaultsGuardrails(t *testing.T) {
 					}
 				})
 			}
-			waitLog(t, g.Log, "guardrails service failing", 2*(i+1), 5*time.Second)
+			waitLog(t, g.Log, "guardrails service failing", 2*(i+1), wait.Bound)
 
 			proxy.Pass()
 			svc.reset()
@@ -317,7 +318,7 @@ func TestFaultsGuardrails(t *testing.T) {
 					t.Errorf("%s after the fault: %v %v, want a checked pass", mode, r, r.header)
 				}
 			}
-			waitLog(t, g.Log, "guardrails service answering again", 2*(i+1), 5*time.Second)
+			waitLog(t, g.Log, "guardrails service answering again", 2*(i+1), wait.Bound)
 		})
 	}
 	if failing := countLog(g.Log(), "guardrails service failing"); failing != 2*14 {
@@ -537,7 +538,7 @@ func TestFaultsUpstream(t *testing.T) {
 			if abandon(t, url, "gone", smallBody, func() bool { return up.Calls() == int64(i+1) }) {
 				t.Fatal("the client got an answer it gave up on")
 			}
-			waitLog(t, g.Log, "systemone request", i+1, 5*time.Second)
+			waitLog(t, g.Log, "systemone request", i+1, wait.Bound)
 		}
 		for _, e := range g.Entries() {
 			if e["status"] != float64(499) || e["reject"] != "" || e["breaker_state"] != "closed" {
@@ -567,7 +568,7 @@ func TestFaultsUpstream(t *testing.T) {
 		}
 		// It is the upstream's failure: logged as 502, not billed, and
 		// counted by the breaker.
-		waitLog(t, g.Log, "systemone request", 1, 5*time.Second)
+		waitLog(t, g.Log, "systemone request", 1, wait.Bound)
 		if e := g.Entries()[0]; e["status"] != float64(502) || e["breaker_state"] != "closed" {
 			t.Errorf("log entry %v, want status 502", e)
 		}

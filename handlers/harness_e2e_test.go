@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/internal/faultproxy"
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 // This file holds what the fault matrix, the reload and the security tests
@@ -259,27 +261,22 @@ func abandon(t *testing.T, url, key, body string, ready func() bool) (answered b
 // waitFor polls cond until it holds, failing the test after within.
 func waitFor(t *testing.T, cond func() bool, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", within)
+	wait.Within(t, within, "the condition", func() error {
+		if !cond() {
+			return errors.New("not met")
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func waitLog(t *testing.T, log func() []map[string]any, msg string, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if got := countLog(log(), msg); got >= n {
-			return
+	wait.Within(t, within, fmt.Sprintf("%d %q log entries", n, msg), func() error {
+		if got := countLog(log(), msg); got < n {
+			return fmt.Errorf("%d of them", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d %q log entries after %v, want %d", countLog(log(), msg), msg, within, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func countLog(entries []map[string]any, msg string) int {

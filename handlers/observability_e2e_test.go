@@ -21,6 +21,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/faultproxy"
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/policy/identity"
 	"github.com/systemone/systemone-gateway/simulator"
 )
@@ -423,7 +424,7 @@ func TestLoggedModelCapped(t *testing.T) {
 	if resp.StatusCode == 0 {
 		t.Fatalf("no answer: %s", body)
 	}
-	waitLog(t, g.Log, "systemone request", 1, 5*time.Second)
+	waitLog(t, g.Log, "systemone request", 1, wait.Bound)
 	want := strings.Repeat("m", 255) + "…(truncated, " + strconv.Itoa(len(model)) + " bytes)"
 	for _, e := range g.Log() {
 		if e["msg"] == "systemone request" && e["model_requested"] != want {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 // TestReplayNeitherQueuedNorAudited: a request carrying X-Systemone-Replay: 1
@@ -47,7 +48,7 @@ func TestReplayNeitherQueuedNorAudited(t *testing.T) {
 	waitFor(t, func() bool {
 		entries, _ = client.XRange(context.Background(), "review:replay", "-", "+").Result()
 		return len(entries) > 0
-	}, 5*time.Second)
+	}, wait.Bound)
 	// The enqueue is asynchronous and the replayed requests came first: a
 	// queued replay would be in the stream by now, or very nearly (the
 	// route package's TestEnqueueReplay checks it without a race).

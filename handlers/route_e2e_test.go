@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/internal/review/record"
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 const pinnedRoutes = `		route {
@@ -244,9 +244,10 @@ func TestRouteQueue(t *testing.T) {
 	defer client.Close()
 	// The enqueue is asynchronous: poll until the entry lands.
 	var entries []redis.XMessage
-	for deadline := time.Now().Add(5 * time.Second); len(entries) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	wait.Until(t, "the stream entry", func() bool {
 		entries, _ = client.XRange(context.Background(), "review:human", "-", "+").Result()
-	}
+		return len(entries) > 0
+	})
 	if len(entries) != 1 {
 		t.Fatalf("%d stream entries, want the one human-routed answer", len(entries))
 	}
@@ -277,9 +278,10 @@ func TestRouteQueueIncludeContent(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer client.Close()
 	var entries []redis.XMessage
-	for deadline := time.Now().Add(5 * time.Second); len(entries) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	wait.Until(t, "the stream entry", func() bool {
 		entries, _ = client.XRange(context.Background(), "review:human", "-", "+").Result()
-	}
+		return len(entries) > 0
+	})
 	if len(entries) != 1 || entries[0].Values["content"] == nil || entries[0].Values["reason"] != "unpinned_version" {
 		t.Fatalf("entries %v", entries)
 	}

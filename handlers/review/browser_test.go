@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -279,4 +280,37 @@ func TestBrowserProgressByOrg(t *testing.T) {
 		t.Errorf("after a reload %+v, before %+v", again, rows)
 	}
 	b.noProblems()
+}
+
+// The page names the audit an entry was drawn by: a uniform audit (audit_p
+// alone, `audit 1` included) as the uniform sample, the active audit
+// (audit_p with its floor and from) as active, with its probability.
+func TestBrowserNamesTheAudit(t *testing.T) {
+	b := startBrowser(t)
+	s := newStack(t, stackOptions{})
+	uniform := s.addEntry(t, true, "audit_p", "1")
+	active := s.addEntry(t, true, "audit_p", "0.4", "audit_floor", "0.25", "audit_from", "0.5")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tb := b.newTab(ctx)
+	tb.navigate(s.url + "/review/")
+	for i, tc := range []struct{ id, has, lacks string }{
+		{uniform, "a uniform sample of all answers", "active"},
+		{active, "drawn by the active audit, with probability 0.4", "uniform"},
+	} {
+		tb.waitFor(`document.body.dataset.status === 'ready' && document.getElementById('item').dataset.id === ` + jsString(tc.id))
+		if i == 0 {
+			tb.click("#reviewer")
+			tb.typeText("ann")
+			tb.key("Escape")
+		}
+		var note string
+		tb.eval(`document.getElementById('kind').textContent`, &note)
+		if !strings.Contains(note, tc.has) || strings.Contains(note, tc.lacks) {
+			t.Errorf("entry %s: note %q, want %q and not %q", tc.id, note, tc.has, tc.lacks)
+		}
+		tb.key("n")
+		tb.key("Enter")
+	}
 }

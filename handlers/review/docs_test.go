@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -142,14 +142,11 @@ func TestDocsReview(t *testing.T) {
 	req, _ = http.NewRequest(http.MethodGet, s.url+strings.TrimPrefix(requests[1], "GET "), nil)
 	req.SetBasicAuth("ann", "s3cret")
 	var p page
-	for range 500 {
+	wait.Until(t, "the queued entry", func() bool { // the queue writes in the background
 		_, body := do(t, req)
-		if json.Unmarshal(body, &p) == nil && len(p.Items) == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // the queue writes in the background
-	}
-	if len(p.Items) != 1 || p.Items[0].Request == nil {
+		return json.Unmarshal(body, &p) == nil && len(p.Items) == 1
+	})
+	if p.Items[0].Request == nil {
 		t.Errorf("the queued entry with its content: %+v", p)
 	}
 }

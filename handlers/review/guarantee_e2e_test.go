@@ -2,7 +2,6 @@ package review_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -120,22 +120,13 @@ func (s *monitorStack) ask(t *testing.T, k int, low bool) *http.Response {
 // entryOf waits for the stream entry of the response and returns its Item.
 func (s *monitorStack) entryOf(t *testing.T, resp *http.Response) map[string]any {
 	t.Helper()
-	id := resp.Header.Get("X-Request-Id")
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		msgs, err := s.rdb.XRevRangeN(context.Background(), stream, "+", "-", 1).Result()
-		if err == nil && len(msgs) == 1 && msgs[0].Values["request_id"] == id {
-			var item map[string]any
-			r, raw := do(t, mustRequest(t, http.MethodGet, s.url+"/review/items/"+msgs[0].ID, ""))
-			if r.StatusCode != 200 || json.Unmarshal(raw, &item) != nil {
-				t.Fatalf("item %s: %d %s", msgs[0].ID, r.StatusCode, raw)
-			}
-			return item
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("entry of %s not in the stream", id)
-		}
-		time.Sleep(5 * time.Millisecond)
+	id := lastEntry(t, s.rdb, resp.Header.Get("X-Request-Id"))
+	var item map[string]any
+	r, raw := do(t, mustRequest(t, http.MethodGet, s.url+"/review/items/"+id, ""))
+	if r.StatusCode != 200 || json.Unmarshal(raw, &item) != nil {
+		t.Fatalf("item %s: %d %s", id, r.StatusCode, raw)
 	}
+	return item
 }
 
 func mustRequest(t *testing.T, method, u, body string) *http.Request {
@@ -315,9 +306,10 @@ func TestGuaranteeEndToEnd(t *testing.T) {
 		t.Errorf("systemone_guarantee_evidence%s = %v, want %v", series, v, p.Groups[0].Evidence)
 	}
 	var warns []map[string]any
-	for deadline := time.Now().Add(5 * time.Second); len(warns) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	wait.Until(t, "the alarm's log entry", func() bool {
 		warns = s.warnings(t, "guarantee alarm")
-	}
+		return len(warns) > 0
+	})
 	if len(warns) != 1 || warns[0]["level"] != "warn" || warns[0]["model"] != model || warns[0]["type"] != "noul" {
 		t.Errorf("alarm log entries %v, want one warn", warns)
 	}

@@ -3,11 +3,13 @@ package review_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 // post sends an evaluation of state through the gateway, routed human
@@ -37,14 +39,10 @@ func TestReviewItemsInRoutedOrder(t *testing.T) {
 		id, _ := s.post(t, "state "+strconv.Itoa(i))
 		sent = append(sent, id)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if l, err := s.rdb.XLen(context.Background(), stream).Result(); err == nil && l == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream does not reach %d entries", n)
-		}
-	}
+	wait.Until(t, fmt.Sprintf("the stream's %d entries", n), func() bool {
+		l, err := s.rdb.XLen(context.Background(), stream).Result()
+		return err == nil && l == n
+	})
 	var p page
 	s.get(t, "/review/items?limit="+strconv.Itoa(n), &p)
 	if len(p.Items) != n {
@@ -69,9 +67,10 @@ func TestReviewEntriesLostMetric(t *testing.T) {
 	before := s.metricSum(t, "systemone_review_entries_lost_total", failed)
 	s.redis.Stop()
 	s.post(t, "lost while Redis is away")
-	for deadline := time.Now().Add(10 * time.Second); s.metricSum(t, "systemone_review_entries_lost_total", failed) != before+1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("systemone_review_entries_lost_total{%s} stays at %v, want %v", failed, s.metricSum(t, "systemone_review_entries_lost_total", failed), before+1)
+	wait.Within(t, wait.Bound, fmt.Sprintf("systemone_review_entries_lost_total{%s} at %v", failed, before+1), func() error {
+		if got := s.metricSum(t, "systemone_review_entries_lost_total", failed); got != before+1 {
+			return fmt.Errorf("it stays at %v", got)
 		}
-	}
+		return nil
+	})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -136,17 +137,23 @@ func (s *stack) evaluate(t *testing.T, state string) (string, []byte) {
 	t.Helper()
 	requestID, body := s.post(t, state)
 	// The queue writes in the background: poll until the entry lands.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		msgs, err := s.rdb.XRevRangeN(context.Background(), stream, "+", "-", 1).Result()
-		if err == nil && len(msgs) == 1 && msgs[0].Values["request_id"] == requestID {
-			return msgs[0].ID, body
+	return lastEntry(t, s.rdb, requestID), body
+}
+
+// lastEntry waits for the last entry of the stream to be that of the
+// request, and returns its id.
+func lastEntry(t *testing.T, rdb *redis.Client, requestID string) string {
+	t.Helper()
+	var id string
+	wait.Within(t, wait.Bound, "the stream entry of "+requestID, func() error {
+		msgs, err := rdb.XRevRangeN(context.Background(), stream, "+", "-", 1).Result()
+		if err != nil || len(msgs) != 1 || msgs[0].Values["request_id"] != requestID {
+			return fmt.Errorf("last entry %v %v", msgs, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("entry of %s not in the stream: %v %v", requestID, msgs, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		id = msgs[0].ID
+		return nil
+	})
+	return id
 }
 
 func do(t *testing.T, req *http.Request) (*http.Response, []byte) {

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 // echo serves an echo on loopback until the test ends; closed reports the
@@ -79,13 +81,7 @@ func silent(t *testing.T, c net.Conn) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, what, cond)
 }
 
 func TestPass(t *testing.T) {

@@ -38,6 +38,14 @@ const DefaultAlarmRefresh = 2 * time.Second
 // alarmTimeout bounds one read of the alarm set.
 const alarmTimeout = time.Second
 
+// AlarmWriteBack is how long a gateway that has not been able to read the
+// alarms since it started keeps routing every question human
+// (guarantee_unknown) after its first successful read: the time the
+// gateways that kept alarms Redis lost (Redis back without its data) need
+// to write them back, one refresh period of theirs and one read. Until
+// then the set it reads may lack an alarm another gateway holds.
+const AlarmWriteBack = DefaultAlarmRefresh + alarmTimeout
+
 // AlarmReader is the part of a go-redis client the alarm watch uses: one
 // transaction to read the alarm set with the reset tokens, and a script
 // to put back an alarm that Redis lost.
@@ -47,11 +55,12 @@ type AlarmReader interface {
 }
 
 // restoreScript puts a lost alarm back into the alarm set, unless the
-// group was reset meanwhile (its reset token is no longer the one the
-// gateway saw): KEYS alarm set, reset hash; ARGV member, token seen.
+// group was reset meanwhile (it has a reset token other than the one the
+// gateway saw; no token at all is a reset hash lost with the alarm):
+// KEYS alarm set, reset hash; ARGV member, token seen.
 var restoreScript = redis.NewScript(`
 local token = redis.call('HGET', KEYS[2], ARGV[1]) or ''
-if token ~= ARGV[2] then return 0 end
+if token ~= '' and token ~= ARGV[2] then return 0 end
 return redis.call('SADD', KEYS[1], ARGV[1])
 `)
 
@@ -60,7 +69,10 @@ return redis.call('SADD', KEYS[1], ARGV[1])
 // lock or a round trip. It fails safe: until its first read succeeds it
 // reports the alarms unknown, a failed read keeps the last set, and a group
 // that leaves the set without a new reset token (Redis restarted without
-// its data) stays in alarm here and is written back.
+// its data) stays in alarm here and is written back. An instance whose
+// first reads failed stays unknown for AlarmWriteBack after the first that
+// succeeds: Redis may have come back empty, and the alarms other instances
+// kept are not in the set until they write them back.
 type alarmWatch struct {
 	set          atomic.Pointer[map[guarantee.Group]struct{}]
 	known        atomic.Bool // a read has succeeded
@@ -68,16 +80,22 @@ type alarmWatch struct {
 	key, resetKy string
 	every        time.Duration // the refresh period
 	logger       *zap.Logger
+	now          func() time.Time
 	// Only the loop touches these.
 	failed bool
-	tokens map[guarantee.Group]string // the reset token seen with each alarm
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	// readableSince is when the first successful read of an instance whose
+	// first reads failed started: it stays unknown until AlarmWriteBack
+	// later. Zero while no read failed since start or none succeeded since.
+	readableSince time.Time
+	failedUnknown bool                       // a read failed while unknown
+	tokens        map[guarantee.Group]string // the reset token seen with each alarm
+	stop          context.CancelFunc
+	wg            sync.WaitGroup
 }
 
-func newAlarmWatch(client AlarmReader, key, resetKey string, every time.Duration, logger *zap.Logger) *alarmWatch {
+func newAlarmWatch(client AlarmReader, key, resetKey string, every time.Duration, now func() time.Time, logger *zap.Logger) *alarmWatch {
 	ctx, stop := context.WithCancel(context.Background())
-	w := &alarmWatch{client: client, key: key, resetKy: resetKey, every: every, logger: logger, stop: stop, tokens: map[guarantee.Group]string{}}
+	w := &alarmWatch{client: client, key: key, resetKy: resetKey, every: every, now: now, logger: logger, stop: stop, tokens: map[guarantee.Group]string{}}
 	w.set.Store(&map[guarantee.Group]struct{}{})
 	// The first read before the first request: a gateway started while
 	// Redis answers knows its alarms at once, instead of routing
@@ -106,6 +124,7 @@ func (w *alarmWatch) loop(ctx context.Context) {
 // group that starts or stops routing human here, each alarm lost, and each
 // change between failing and working reads.
 func (w *alarmWatch) refresh(ctx context.Context) {
+	start := w.now()
 	read, cancel := context.WithTimeout(ctx, alarmTimeout)
 	var members *redis.StringSliceCmd
 	var resets *redis.MapStringStringCmd
@@ -116,6 +135,10 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 	})
 	cancel()
 	if err != nil {
+		if !w.known.Load() {
+			w.failedUnknown = true
+			w.readableSince = time.Time{}
+		}
 		if ctx.Err() == nil && !w.failed {
 			w.failed = true
 			if w.known.Load() {
@@ -128,7 +151,16 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 	}
 	if w.failed {
 		w.failed = false
-		w.logger.Info("guarantee alarms readable again", zap.String("key", w.key))
+		if w.known.Load() {
+			w.logger.Info("guarantee alarms readable again", zap.String("key", w.key))
+		} else {
+			w.readableSince = start
+			w.logger.Info("guarantee alarms readable; routing every question human (guarantee_unknown) while the gateways that kept alarms Redis lost write them back",
+				zap.String("key", w.key), zap.Duration("for", AlarmWriteBack))
+		}
+	}
+	if w.failedUnknown && start.Before(w.readableSince.Add(AlarmWriteBack)) {
+		return
 	}
 	tokens := resets.Val()
 	next := make(map[guarantee.Group]struct{}, len(members.Val()))
@@ -165,6 +197,7 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 	}
 	w.set.Store(&next)
 	w.known.Store(true)
+	w.failedUnknown = false
 }
 
 func groupFields(g guarantee.Group) []zap.Field {

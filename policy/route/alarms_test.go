@@ -10,24 +10,27 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/testclock"
+	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
-// waitRoute decides on body until its reason is want, or fails after 5s:
-// the watch reads the alarm set on its own timer.
+// waitRoute decides on body until its reason is want: the watch reads the
+// alarm set on its own timer.
 func waitRoute(t *testing.T, r *Router, body []byte, want string) Decision {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		d := decideBody(r, mixed, body, Signal{})
-		if d.Reason == want {
-			return d
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reason %q (%s), want %q", d.Reason, routes(d), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var d Decision
+	wait.Until(t, "reason "+want, func() bool {
+		d = decideBody(r, mixed, body, Signal{})
+		return d.Reason == want
+	})
+	return d
+}
+
+// waitLog waits for a log entry with message msg.
+func waitLog(t *testing.T, logs *observer.ObservedLogs, msg string) {
+	t.Helper()
+	wait.Until(t, "the log "+msg, func() bool { return logs.FilterMessage(msg).Len() > 0 })
 }
 
 // With on_alarm human, the questions of an alarmed (model, type) group
@@ -92,26 +95,17 @@ func TestOnAlarmHuman(t *testing.T) {
 
 	// Redis gone: the alarms stay.
 	srv.Stop()
-	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("guarantee alarms unreadable; keeping the last known").Len() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("a failed read was not logged")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLog(t, logs, "guarantee alarms unreadable; keeping the last known")
 	if d := decideBody(r, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeAlarm {
 		t.Errorf("Redis down: %s, want the last known alarm kept", d.Reason)
 	}
 	srv.Restart()
 	// A restarted Redis without persistence has an empty set: the alarms
 	// are lost, not reset. They stay here and are written back.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if n, _ := client.SCard(ctx, key).Result(); n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the lost alarms were not written back")
-		}
-	}
+	wait.Until(t, "the lost alarms written back", func() bool {
+		n, _ := client.SCard(ctx, key).Result()
+		return n == 3
+	})
 	if d := decideBody(r, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeAlarm {
 		t.Errorf("after a Redis restart without its data: %s, want the alarm kept", d.Reason)
 	}
@@ -153,7 +147,8 @@ func TestOnAlarmUnknownSinceStart(t *testing.T) {
 	cfg.Queue = &Queue{Stream: "review:s"}
 	cfg.OnAlarm = OnAlarmHuman
 	core, logs := observer.New(zap.InfoLevel)
-	r, err := New(cfg, client, "gw:", zap.New(core), WithAlarmRefresh(10*time.Millisecond))
+	clock := testclock.New(time.Time{})
+	r, err := New(cfg, client, "gw:", zap.New(core), WithAlarmRefresh(10*time.Millisecond), withClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,14 +158,85 @@ func TestOnAlarmUnknownSinceStart(t *testing.T) {
 	if d.Route != RouteHuman || d.Reason != ReasonGuaranteeUnknown || routes(d) != "yes=human pick=human rate=human" {
 		t.Fatalf("alarms never read: %s %s %s", d.Route, d.Reason, routes(d))
 	}
-	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("guarantee alarms unreadable since start; routing every question human (guarantee_unknown)").Len() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the unreadable alarms were not logged")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLog(t, logs, "guarantee alarms unreadable since start; routing every question human (guarantee_unknown)")
 	srv.Restart()
+	waitLog(t, logs, writeBackLog)
+	clock.Advance(AlarmWriteBack)
 	waitRoute(t, r, confident, ReasonConfident)
+}
+
+const writeBackLog = "guarantee alarms readable; routing every question human (guarantee_unknown) while the gateways that kept alarms Redis lost write them back"
+
+// A gateway started while Redis is away, which comes back without its
+// data, does not route auto a group whose alarm another gateway kept
+// before that gateway has had its refresh period to write it back: it
+// holds guarantee_unknown for AlarmWriteBack after its first read. The
+// alarm written back had been reset once before (its reset token, lost
+// with it, is not a new reset).
+func TestOnAlarmUnknownUntilWrittenBack(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	cfg := testConfig()
+	cfg.Queue = &Queue{Stream: "review:s"}
+	cfg.OnAlarm = OnAlarmHuman
+	key, resets := guarantee.AlarmKey("gw:", "review:s"), guarantee.ResetKey("gw:", "review:s")
+	alarmed := guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()
+	seed := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = seed.Close() })
+	if _, err := seed.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, resets, alarmed, "t1")
+		p.SAdd(ctx, key, alarmed)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Gateway a reads the alarm when it starts; its refresh is the test's
+	// to call (a period far beyond the test).
+	clientA := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = clientA.Close() })
+	a, err := New(cfg, clientA, "gw:", nil, WithAlarmRefresh(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
+	if d := decideBody(a, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeAlarm {
+		t.Fatalf("gateway a: %s, want the alarm", d.Reason)
+	}
+
+	// Gateway b starts while Redis is away; Redis comes back empty.
+	srv.Stop()
+	clientB := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = clientB.Close() })
+	core, logs := observer.New(zap.InfoLevel)
+	clock := testclock.New(time.Time{})
+	b, err := New(cfg, clientB, "gw:", zap.New(core), WithAlarmRefresh(5*time.Millisecond), withClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	srv.Restart()
+	wait.Until(t, "gateway b reads the alarm set after Redis came back", func() bool {
+		return logs.FilterMessage(writeBackLog).Len() > 0 || decideBody(b, mixed, confident, Signal{}).Reason != ReasonGuaranteeUnknown
+	})
+	if d := decideBody(b, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeUnknown || d.Route != RouteHuman {
+		t.Fatalf("gateway b on the empty set before gateway a wrote its alarm back: %s %s (%s)", d.Route, d.Reason, routes(d))
+	}
+
+	// Gateway a's next read writes the alarm back, then b's hold ends.
+	a.alarms.refresh(ctx)
+	if ok, err := seed.SIsMember(ctx, key, alarmed).Result(); err != nil || !ok {
+		t.Fatalf("gateway a did not write the lost alarm back: %v %v", ok, err)
+	}
+	if d := decideBody(b, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeUnknown {
+		t.Fatalf("gateway b before the write-back period: %s", d.Reason)
+	}
+	clock.Advance(AlarmWriteBack)
+	d := waitRoute(t, b, confident, ReasonGuaranteeAlarm)
+	if routes(d) != "yes=auto pick=human rate=auto" {
+		t.Errorf("gateway b after the write-back period: %s", routes(d))
+	}
 }
 
 // With a monitor by org, an org's group in alarm sends that org's
@@ -193,13 +259,9 @@ func TestOnAlarmByOrg(t *testing.T) {
 	if err := client.SAdd(context.Background(), guarantee.AlarmKey("gw:", "review:s"), g.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for decideBody(r, mixed, confident, Signal{Org: "acme"}).Reason != ReasonGuaranteeAlarm {
-		if time.Now().After(deadline) {
-			t.Fatal("the org's alarm was not read")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, "the org's alarm read", func() bool {
+		return decideBody(r, mixed, confident, Signal{Org: "acme"}).Reason == ReasonGuaranteeAlarm
+	})
 	if d := decideBody(r, mixed, confident, Signal{Org: "acme"}); routes(d) != "yes=human pick=auto rate=auto" {
 		t.Errorf("acme: %s", routes(d))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/internal/review/record"
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 // queueRouter returns a Router with a queue on a fresh redis-server, its
@@ -350,10 +351,7 @@ func TestEnqueueSaturatedDropsWithoutBlocking(t *testing.T) {
 	// Closed: a later entry (a request that reached the config after its
 	// release) is still written.
 	r.Enqueue(context.Background(), d, Meta{RequestID: "req-4"})
-	deadline := time.Now().Add(5 * time.Second)
-	for r.QueueStats().Enqueued != 3 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.Until(t, "the third entry enqueued", func() bool { return r.QueueStats().Enqueued == 3 })
 	if msgs := readStream(t, client, "review"); len(msgs) != 3 || msgs[2].Values["request_id"] != "req-4" {
 		t.Errorf("after Close: stream %v, stats %+v, want req-4 written", msgs, r.QueueStats())
 	}

@@ -62,8 +62,9 @@ const (
 	// agree with reviewers less than the target), even with `unpinned auto`.
 	ReasonGuaranteeAlarm = "guarantee_alarm"
 	// ReasonGuaranteeUnknown: with `on_alarm human`, this instance has not
-	// been able to read the alarms since it started (Redis away), so any
-	// group may be in alarm: every question routes human.
+	// been able to read the alarms since it started (Redis away), or not
+	// for AlarmWriteBack after its first successful read, so any group may
+	// be in alarm: every question routes human.
 	ReasonGuaranteeUnknown = "guarantee_unknown"
 	// ReasonUnreadableResponse: the body is not a complete answer set for the
 	// request's questions (not JSON, over the buffering bound, an answer
@@ -134,7 +135,7 @@ type Store interface {
 // logs. The audit draw is seeded at random. Close stops what New starts.
 // opts change the defaults of what New starts (see Option).
 func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Option) (*Router, error) {
-	o := options{alarmRefresh: DefaultAlarmRefresh, queueCapacity: queueCapacity}
+	o := options{alarmRefresh: DefaultAlarmRefresh, queueCapacity: queueCapacity, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -165,7 +166,7 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Op
 	// on_alarm human has a queue (Validate), and so the client checked
 	// above: the review handler keeps the alarms of the queue's stream.
 	if cfg.OnAlarm == OnAlarmHuman {
-		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), o.alarmRefresh, logger)
+		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), o.alarmRefresh, o.now, logger)
 	}
 	return r, nil
 }
@@ -177,6 +178,13 @@ type Option func(*options)
 type options struct {
 	alarmRefresh  time.Duration
 	queueCapacity int
+	now           func() time.Time // the alarm watch's clock
+}
+
+// withClock sets the clock of the alarm watch (default time.Now), for
+// tests that move it.
+func withClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
 }
 
 // WithAlarmRefresh sets how often the alarm watch of `on_alarm human`

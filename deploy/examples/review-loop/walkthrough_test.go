@@ -3,6 +3,7 @@ package reviewloop_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
 // TestWalkthrough runs docs/walkthrough.md as printed, against the example
@@ -331,27 +333,26 @@ func writeFile(t *testing.T, path, text string) {
 	}
 }
 
+// errNotYet is a waitFor condition that does not hold yet.
+var errNotYet = errors.New("not yet")
+
 // waitFor polls cond for up to the contract's 10 seconds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 10 s", what)
+	wait.Within(t, 10*time.Second, what, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return errNotYet
+	})
 }
 
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if out, err := exec.Command("curl", "-s", "-o", "/dev/null", "http://"+addr+"/").CombinedOutput(); err == nil {
-			return
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the gateway is not listening on %s: %v %s", addr, err, out)
+	wait.Within(t, 30*time.Second, "the gateway listening on "+addr, func() error {
+		if out, err := exec.Command("curl", "-s", "-o", "/dev/null", "http://"+addr+"/").CombinedOutput(); err != nil {
+			return fmt.Errorf("%v %s", err, out)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

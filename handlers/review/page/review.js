@@ -207,7 +207,9 @@
 	// renderKind says whether the item's labels count for calibration.
 	function renderKind(item) {
 		ui.kind.dataset.kind = item.audit ? 'audit' : 'routine';
-		const active = item.audit_p !== undefined && item.audit_p !== null;
+		// audit_p alone is the uniform audit's share (`audit 1` too); the
+		// active audit's entries carry its floor beside it.
+		const active = item.audit_floor !== undefined && item.audit_floor !== null;
 		ui.kind.textContent = !item.audit ? ''
 			: active
 				? 'Counts for calibration: this entry was drawn by the active audit, with probability ' + item.audit_p +
