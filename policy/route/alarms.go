@@ -63,7 +63,8 @@ return redis.call('SADD', KEYS[1], ARGV[1])
 // its data) stays in alarm here and is written back.
 type alarmWatch struct {
 	set          atomic.Pointer[map[guarantee.Group]struct{}]
-	known        atomic.Bool // a read has succeeded
+	known        atomic.Bool            // a read has succeeded
+	readErr      atomic.Pointer[string] // why the latest read failed; nil when it succeeded
 	client       AlarmReader
 	key, resetKy string
 	every        time.Duration // the refresh period
@@ -116,6 +117,10 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 	})
 	cancel()
 	if err != nil {
+		if ctx.Err() == nil {
+			msg := err.Error()
+			w.readErr.Store(&msg)
+		}
 		if ctx.Err() == nil && !w.failed {
 			w.failed = true
 			if w.known.Load() {
@@ -126,6 +131,7 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 		}
 		return
 	}
+	w.readErr.Store(nil)
 	if w.failed {
 		w.failed = false
 		w.logger.Info("guarantee alarms readable again", zap.String("key", w.key))
