@@ -36,6 +36,7 @@ func TestGenAITraces(t *testing.T) {
 		span gateway
 	}
 	systemone {
+		cache
 		route {
 			pin service-1.0.0 {
 				noul   0.9 cert 0123456789abcdef
@@ -55,12 +56,22 @@ func TestGenAITraces(t *testing.T) {
 			"tone": map[string]any{"type": "choice", "instructions": instructions, "criteria": map[string]any{"rude": nil, "polite": nil}},
 		},
 	})
+	// The same questions asking for the concrete version, whose answer the
+	// cache stores.
+	var concrete map[string]any
+	_ = json.Unmarshal(body, &concrete)
+	concrete["model"] = "service-1.0.0"
+	concreteBody, _ := json.Marshal(concrete)
 	traced := map[string]string{} // case -> the trace id sent
-	send := func(name, key string, header ...string) (*http.Response, []byte) {
+	sendBody := func(name, key string, body []byte, header ...string) (*http.Response, []byte) {
 		t.Helper()
 		traceID := randomHex(16)
 		traced[name] = traceID
 		return post(t, url, key, string(body), append(header, "Traceparent", "00-"+traceID+"-"+randomHex(8)+"-01")...)
+	}
+	send := func(name, key string, header ...string) (*http.Response, []byte) {
+		t.Helper()
+		return sendBody(name, key, body, header...)
 	}
 	resp, answer := send("routed", key, "X-Simulator-Confidence", `{"late":0.99,"tone":0.3}`)
 	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Questions") != "late=auto, tone=human" {
@@ -82,6 +93,13 @@ func TestGenAITraces(t *testing.T) {
 	if resp, _ := send("refused", ""); resp.StatusCode != 401 {
 		t.Fatalf("refused: %d", resp.StatusCode)
 	}
+	confidences := []string{"X-Simulator-Confidence", `{"late":0.99,"tone":0.3}`}
+	if resp, b := sendBody("stored", key, concreteBody, confidences...); resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "miss" {
+		t.Fatalf("stored: %d %q %s", resp.StatusCode, resp.Header.Get("X-Cache"), b)
+	}
+	if resp, b := sendBody("hit", key, concreteBody, confidences...); resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "hit" {
+		t.Fatalf("hit: %d %q %s", resp.StatusCode, resp.Header.Get("X-Cache"), b)
+	}
 
 	// The server span of a case, and its children by name.
 	server := func(spans []span, name string) (span, bool) {
@@ -93,11 +111,15 @@ func TestGenAITraces(t *testing.T) {
 		return span{}, false
 	}
 	children := childSpans
-	const call = handlers.GenAIOperation + " service-latest"
+	const (
+		call         = handlers.GenAIOperation + " service-latest"
+		concreteCall = handlers.GenAIOperation + " service-1.0.0"
+	)
+	callOf := map[string]string{"routed": call, "overloaded": call, "stored": concreteCall} // the others made none
 	spans := rcv.waitSpans(t, func(spans []span) bool {
 		for name := range traced {
 			s, ok := server(spans, name)
-			if !ok || name != "refused" && children(spans, s)[call].name == "" {
+			if !ok || callOf[name] != "" && children(spans, s)[callOf[name]].name == "" {
 				return false
 			}
 		}
@@ -188,6 +210,21 @@ func TestGenAITraces(t *testing.T) {
 	})
 	if kids := children(spans, refused); len(kids) != 0 || len(refused.events) != 0 {
 		t.Errorf("refused: %d child spans, %d events; want none (no upstream call, nothing judged)", len(kids), len(refused.events))
+	}
+
+	// An answer from the cache is routed and judged afresh, but made no
+	// upstream call and used no tokens.
+	hit, _ := server(spans, "hit")
+	check("hit: the server span", hit.attrs, map[string]string{
+		"gen_ai.operation.name": "chat", "gen_ai.request.model": "service-1.0.0", "gen_ai.response.model": "service-1.0.0",
+		"gen_ai.usage.input_tokens": "", "gen_ai.usage.output_tokens": "", "systemone.cache": "hit",
+	})
+	if kids := children(spans, hit); len(hit.events) != 2 || kids[concreteCall].name != "" {
+		t.Errorf("hit: %d events, want 2; child spans %v, want no upstream call", len(hit.events), kids)
+	}
+	stored, _ := server(spans, "stored")
+	if kids := children(spans, stored); kids[concreteCall].name == "" || stored.attrs["gen_ai.usage.input_tokens"] == "" {
+		t.Errorf("stored: child spans %v, usage %q; want the upstream call and its usage", kids, stored.attrs["gen_ai.usage.input_tokens"])
 	}
 
 	// No key, Authorization value or content anywhere in what was exported.
