@@ -31,6 +31,7 @@ var DefaultCaddyfile []byte
 
 func init() {
 	caddy.RegisterModule(handlers.Handler{})
+	caddy.RegisterModule(handlers.Health{})
 	caddyfile.Register()
 	for _, c := range append(calibrate.Commands(), replay.Command()) {
 		caddycmd.RegisterCommand(c)

@@ -18,6 +18,10 @@ import (
 // Register adds the directive and its place in Caddy's handler order, so a
 // Caddyfile needs no `order` line.
 func Register() {
+	// The readiness endpoint goes first, then systemone (each is placed
+	// right before reverse_proxy), so that a probe needs no key.
+	httpcaddyfile.RegisterHandlerDirective("systemone_health", parseHealth)
+	httpcaddyfile.RegisterDirectiveOrder("systemone_health", httpcaddyfile.Before, "reverse_proxy")
 	httpcaddyfile.RegisterHandlerDirective("systemone", parse)
 	httpcaddyfile.RegisterDirectiveOrder("systemone", httpcaddyfile.Before, "reverse_proxy")
 }

@@ -237,7 +237,7 @@ var expand = strings.NewReplacer("; ", "\n", "{ ", "{\n", " }", "\n}")
 func badCaddyfile(bad string) string {
 	bad = expand.Replace(bad)
 	switch {
-	case strings.HasPrefix(bad, "systemone_review"), strings.HasPrefix(bad, "systemone_simulator"):
+	case strings.HasPrefix(bad, "systemone_review"), strings.HasPrefix(bad, "systemone_simulator"), strings.HasPrefix(bad, "systemone_health"):
 		return ":8080 {\n" + bad + "\n}\n"
 	case strings.HasPrefix(bad, "log "):
 		return "{\n" + bad + "\n}\n:8080 {\n\trespond ok\n}\n"

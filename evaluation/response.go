@@ -13,6 +13,10 @@ type Response struct {
 	// reports whether the response carried it.
 	InputTokens int64
 	HasUsage    bool
+	// OutputTokens is usage.output_tokens, which is not billed (traces
+	// report it); HasOutputTokens reports whether the response carried it.
+	OutputTokens    int64
+	HasOutputTokens bool
 	// Answers are in the order the body lists them.
 	Answers []Answer
 }
@@ -129,17 +133,21 @@ func ParseResponse(body []byte) (*Response, error) {
 		resp.Answers = append(resp.Answers, cur)
 		return true
 	}
-	visitUsage = func(key span) bool {
-		if !s.keyIs(key, "input_tokens") {
-			return false
-		}
-		sp := s.value(nil)
-		resp.InputTokens, resp.HasUsage = 0, false
+	count := func(sp span) (int64, bool) {
 		if sp.kind != kindNumber || s.err != nil {
-			return true
+			return 0, false
 		}
-		if v, err := strconv.ParseInt(string(raw(body, sp)), 10, 64); err == nil && v >= 0 {
-			resp.InputTokens, resp.HasUsage = v, true
+		v, err := strconv.ParseInt(string(raw(body, sp)), 10, 64)
+		return v, err == nil && v >= 0
+	}
+	visitUsage = func(key span) bool {
+		switch {
+		case s.keyIs(key, "input_tokens"):
+			resp.InputTokens, resp.HasUsage = count(s.value(nil))
+		case s.keyIs(key, "output_tokens"):
+			resp.OutputTokens, resp.HasOutputTokens = count(s.value(nil))
+		default:
+			return false
 		}
 		return true
 	}

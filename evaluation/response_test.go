@@ -25,6 +25,9 @@ func TestParseResponse(t *testing.T) {
 	if resp.Model != "service-1.0.0" || !resp.HasUsage || resp.InputTokens != 123 {
 		t.Errorf("model %q usage %v %d", resp.Model, resp.HasUsage, resp.InputTokens)
 	}
+	if !resp.HasOutputTokens || resp.OutputTokens != 4 {
+		t.Errorf("output tokens %v %d, want 4", resp.HasOutputTokens, resp.OutputTokens)
+	}
 	if a, ok := resp.Find("a"); !ok || a.Noul != 0.5 || !a.HasNoul || a.Type != TypeNoul {
 		t.Errorf("a: %+v (a repeated id keeps its last answer)", a)
 	}
@@ -69,6 +72,10 @@ func TestParseResponseUnreadable(t *testing.T) {
 	resp, err := ParseResponse([]byte(`{"usage":{"input_tokens":-3},"model":7}`))
 	if err != nil || resp.HasUsage || resp.Model != "" {
 		t.Errorf("bad usage or model read: %+v %v", resp, err)
+	}
+	resp, err = ParseResponse([]byte(`{"usage":{"input_tokens":5,"output_tokens":"4"}}`))
+	if err != nil || !resp.HasUsage || resp.HasOutputTokens {
+		t.Errorf("a string output_tokens read as a count: %+v %v", resp, err)
 	}
 }
 

@@ -229,6 +229,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 		x.cache = cacheMiss
 	}
 	started := h.now()
+	call := startUpstreamCall(r.Context(), x, x.req.ModelOrDefault())
 	defer func() {
 		// An answer that broke off after part of it reached the client
 		// aborts the handler (the connection must break). The upstream's
@@ -245,6 +246,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 				x.ticket.Done(x.status, cause)
 			}
 		}
+		call.end(x.callResult(rec, serveErr))
 	}()
 	err := rec.serve(next, r)
 	serveErr = err
@@ -397,7 +399,8 @@ type exchange struct {
 	hasUsage       bool
 	requestID      string
 	upstream       time.Duration
-	replay         bool // X-Systemone-Replay: 1, never queued nor audited
+	replay         bool       // X-Systemone-Replay: 1, never queued nor audited
+	genAI          genAIUsage // the tokens of its upstream calls, for the trace
 
 	// now is the handler's clock; waited is how long the request waited
 	// for the upstream and the guardrails service, so that the rest of

@@ -98,6 +98,8 @@ type Handler struct {
 	// gate holds the shared state for the requests still in this config
 	// after a reload has retired it (see Cleanup).
 	gate *drain.Gate
+	// config names the loaded config, for its readiness endpoint (Health).
+	config <-chan struct{}
 }
 
 // CaddyModule returns the Caddy module information.
@@ -173,6 +175,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.limiter != nil {
 		h.ownedPrefixes = append(h.ownedPrefixes, prefixRateLimit, prefixBudget)
 	}
+	h.register(ctx)
 	return nil
 }
 
@@ -222,6 +225,7 @@ func (h *Handler) Validate() error {
 // holds and review entries go out through queues that are still open. What
 // the release finds wrong is logged, since Cleanup has returned by then.
 func (h *Handler) Cleanup() error {
+	h.unregister()
 	h.gate.Retire(func() {
 		if err := h.releaseShared(); err != nil {
 			h.logger.Error("releasing the config's shared state", zap.Error(err))

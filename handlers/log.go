@@ -26,6 +26,7 @@ func (h *Handler) record(x *exchange) {
 	overhead := max(total-x.waited, 0)
 	h.metrics.observe(x, h.orgLabel(x.org), overhead)
 	x.annotate(breakerState)
+	x.annotateGenAI()
 
 	if ce := h.logger.Check(zapcore.InfoLevel, "systemone request"); ce != nil {
 		// One inline object instead of a field list: the encoder is

@@ -43,7 +43,14 @@ func startSpan(ctx context.Context, x *exchange, name string) (context.Context, 
 	if !x.span.IsRecording() {
 		return ctx, noSpan
 	}
-	return x.span.TracerProvider().Tracer(tracerName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	return x.tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+}
+
+// tracer is the handler's tracer, from the provider of the request's span.
+// Its scope carries the schema URL of the GenAI conventions the spans
+// follow (GenAISemconvVersion).
+func (x *exchange) tracer() trace.Tracer {
+	return x.span.TracerProvider().Tracer(tracerName, trace.WithSchemaURL(genAISchemaURL))
 }
 
 // Attribute keys. None holds an API key, an Authorization value or request

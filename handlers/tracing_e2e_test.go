@@ -40,8 +40,17 @@ type otlpReceiver struct {
 type span struct {
 	traceID, spanID, parentID string
 	name                      string
+	kind                      tracepb.Span_SpanKind
+	schemaURL                 string // its instrumentation scope's
 	attrs                     map[string]string
+	events                    []spanEvent
 	errorStatus               bool
+}
+
+// spanEvent is an event of a received span, its attributes as strings.
+type spanEvent struct {
+	name  string
+	attrs map[string]string
 }
 
 func newOTLPReceiver(t *testing.T) *otlpReceiver {
@@ -92,7 +101,9 @@ func (rcv *otlpReceiver) add(req *collectortrace.ExportTraceServiceRequest) {
 		}
 		for _, ss := range rs.ScopeSpans {
 			for _, s := range ss.Spans {
-				rcv.spans = append(rcv.spans, spanOf(s))
+				sp := spanOf(s)
+				sp.schemaURL = ss.SchemaUrl
+				rcv.spans = append(rcv.spans, sp)
 			}
 		}
 	}
@@ -101,16 +112,19 @@ func (rcv *otlpReceiver) add(req *collectortrace.ExportTraceServiceRequest) {
 func spanOf(s *tracepb.Span) span {
 	out := span{
 		traceID: hex.EncodeToString(s.TraceId), spanID: hex.EncodeToString(s.SpanId), parentID: hex.EncodeToString(s.ParentSpanId),
-		name: s.Name, attrs: map[string]string{},
+		name: s.Name, kind: s.Kind, attrs: map[string]string{},
 		errorStatus: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR,
 	}
 	for _, kv := range s.Attributes {
 		out.attrs[kv.Key] = anyValue(kv.Value)
 	}
 	for _, e := range s.Events {
+		ev := spanEvent{name: e.Name, attrs: map[string]string{}}
 		for _, kv := range e.Attributes {
 			out.attrs["event."+e.Name+"."+kv.Key] = anyValue(kv.Value)
+			ev.attrs[kv.Key] = anyValue(kv.Value)
 		}
+		out.events = append(out.events, ev)
 	}
 	return out
 }
@@ -155,6 +169,52 @@ func (rcv *otlpReceiver) waitSpans(t *testing.T, ok func([]span) bool, within ti
 	}
 }
 
+// exportTo starts a receiver and points Caddy's tracing at it through the
+// standard OTEL_* environment (OTLP/HTTP, batches sent every 20ms), for
+// the gateways the test loads next.
+func exportTo(t *testing.T) *otlpReceiver {
+	rcv := newOTLPReceiver(t)
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.url)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	return rcv
+}
+
+// childSpans returns the children of parent among spans, by name.
+func childSpans(spans []span, parent span) map[string]span {
+	out := map[string]span{}
+	for _, s := range spans {
+		if s.traceID == parent.traceID && s.parentID == parent.spanID {
+			out[s.name] = s
+		}
+	}
+	return out
+}
+
+// exported is everything received, one line per resource attribute, span
+// name, attribute, event name and event attribute, for a test to search
+// for what must never be exported.
+func (rcv *otlpReceiver) exported() string {
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var everything []string
+	everything = append(everything, rcv.resource...)
+	for _, s := range rcv.spans {
+		everything = append(everything, s.name)
+		for k, v := range s.attrs {
+			everything = append(everything, k+"="+v)
+		}
+		for _, e := range s.events {
+			everything = append(everything, e.name)
+			for k, v := range e.attrs {
+				everything = append(everything, k+"="+v)
+			}
+		}
+	}
+	return strings.Join(everything, "\n")
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -167,11 +227,7 @@ func randomHex(n int) string {
 // guardrails check, the reading of the upstream's answer), and never a key
 // or any request content.
 func TestTraces(t *testing.T) {
-	rcv := newOTLPReceiver(t)
-	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.url)
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	rcv := exportTo(t)
 	t.Setenv("OTEL_SERVICE_NAME", "systemone-gateway-test")
 
 	const (
@@ -243,18 +299,11 @@ func TestTraces(t *testing.T) {
 		}
 		return span{}, false
 	}
-	children := func(spans []span, parent span) map[string]span {
-		out := map[string]span{}
-		for _, s := range spans {
-			if s.traceID == parent.traceID && s.parentID == parent.spanID {
-				out[s.name] = s
-			}
-		}
-		return out
-	}
+	children := childSpans
+	const upstreamCall = handlers.GenAIOperation + " service-latest"
 	want := map[string][]string{
-		"forwarded": {handlers.SpanAdmission, handlers.SpanGuardrails, handlers.SpanReadAnswer},
-		"admitted":  {handlers.SpanAdmission, handlers.SpanGuardrails, handlers.SpanReadAnswer},
+		"forwarded": {handlers.SpanAdmission, handlers.SpanGuardrails, handlers.SpanReadAnswer, upstreamCall},
+		"admitted":  {handlers.SpanAdmission, handlers.SpanGuardrails, handlers.SpanReadAnswer, upstreamCall},
 		"limited":   {handlers.SpanAdmission},
 		"blocked":   {handlers.SpanAdmission, handlers.SpanGuardrails},
 		"other":     {handlers.SpanAdmission},
@@ -345,17 +394,7 @@ func TestTraces(t *testing.T) {
 	}
 
 	// No key, Authorization value or content anywhere in what was exported.
-	rcv.mu.Lock()
-	defer rcv.mu.Unlock()
-	var everything []string
-	everything = append(everything, rcv.resource...)
-	for _, s := range rcv.spans {
-		everything = append(everything, s.name)
-		for k, v := range s.attrs {
-			everything = append(everything, k+"="+v)
-		}
-	}
-	all := strings.Join(everything, "\n")
+	all := rcv.exported()
 	for _, secret := range []string{key, limitedKey, "gateway-guard-key", "Bearer", "trace secret state", "parcel never came",
 		"ignore previous instructions", "Is this a complaint"} {
 		if strings.Contains(all, secret) {

@@ -75,7 +75,8 @@ return redis.call('SADD', KEYS[1], ARGV[1])
 // kept are not in the set until they write them back.
 type alarmWatch struct {
 	set          atomic.Pointer[map[guarantee.Group]struct{}]
-	known        atomic.Bool // a read has succeeded
+	known        atomic.Bool            // a read has succeeded
+	readErr      atomic.Pointer[string] // why the latest read failed; nil when it succeeded
 	client       AlarmReader
 	key, resetKy string
 	every        time.Duration // the refresh period
@@ -139,6 +140,10 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 			w.failedUnknown = true
 			w.readableSince = time.Time{}
 		}
+		if ctx.Err() == nil {
+			msg := err.Error()
+			w.readErr.Store(&msg)
+		}
 		if ctx.Err() == nil && !w.failed {
 			w.failed = true
 			if w.known.Load() {
@@ -149,6 +154,7 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 		}
 		return
 	}
+	w.readErr.Store(nil)
 	if w.failed {
 		w.failed = false
 		if w.known.Load() {

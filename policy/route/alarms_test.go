@@ -69,6 +69,9 @@ func TestOnAlarmHuman(t *testing.T) {
 	if d.Route != RouteHuman || routes(d) != "yes=auto pick=human rate=auto" {
 		t.Errorf("alarmed choice group: %s %s", d.Route, routes(d))
 	}
+	if got := reasons(d); got != "yes=confident pick=guarantee_alarm rate=confident" {
+		t.Errorf("alarmed choice group: question reasons %s", got)
+	}
 	// Another version's questions are not that group's.
 	other := body("service-2.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
 	if d := decideBody(r, mixed, other, Signal{}); d.Route != RouteAuto || d.Reason != ReasonUnpinnedVersion {
@@ -81,6 +84,9 @@ func TestOnAlarmHuman(t *testing.T) {
 	d = waitRoute(t, r, other, ReasonGuaranteeAlarm)
 	if routes(d) != "yes=human pick=auto rate=auto" {
 		t.Errorf("alarmed unpinned noul: %s", routes(d))
+	}
+	if got := reasons(d); got != "yes=guarantee_alarm pick=unpinned_version rate=unpinned_version" {
+		t.Errorf("alarmed unpinned noul: question reasons %s", got)
 	}
 	// It comes before no_threshold (service-0.9.0 has only a choice
 	// threshold) and after the guardrails.

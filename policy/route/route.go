@@ -255,6 +255,15 @@ type QuestionRoute struct {
 	// Threshold applies to this question; meaningful only when HasThreshold.
 	Threshold    float64
 	HasThreshold bool
+	// Reason is why the question routes as it does: ReasonConfident, or
+	// ReasonUnpinnedVersion under `unpinned auto`, when it is auto; when
+	// human, the first that applies to it of ReasonUnreadableResponse (its
+	// answer, or the response's model, unread), ReasonUnpinnedVersion,
+	// ReasonGuaranteeUnknown, ReasonGuaranteeAlarm, ReasonOrgNoThreshold,
+	// ReasonNoThreshold and ReasonLowConfidence. The causes that concern
+	// the request, not its answers (the guardrails verdict), are the
+	// Decision's only.
+	Reason string
 	// Certificate is the id of the certificate the threshold's line
 	// carries (`cert <id>`); "" when none. X-Route-Certificate names it
 	// when the question routes auto.
@@ -298,16 +307,20 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 			q.Threshold, q.Certificate = l.threshold, l.cert
 			noThreshold = noThreshold || missing == ReasonNoThreshold
 			orgNoThreshold = orgNoThreshold || missing == ReasonOrgNoThreshold
+			q.Reason = missing
 		}
 		switch {
-		case !q.HasConfidence:
+		case !q.HasConfidence || d.Model == "":
+			q.Reason = ReasonUnreadableResponse
 		case p == nil:
-			if r.unpinnedAuto && d.Model != "" {
+			q.Reason = ReasonUnpinnedVersion
+			if r.unpinnedAuto {
 				q.Route = RouteAuto
 			}
 		case q.HasThreshold && q.Confidence >= q.Threshold:
-			q.Route = RouteAuto
+			q.Route, q.Reason = RouteAuto, ReasonConfident
 		case q.HasThreshold:
+			q.Reason = ReasonLowConfidence
 			low = true
 		}
 	}
@@ -316,14 +329,15 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	case r.alarms != nil && r.alarms.unknown():
 		// Fail safe: the alarms could not be read since start.
 		for i := range d.Questions {
-			d.Questions[i].Route = RouteHuman
+			d.Questions[i].routeForAlarm(ReasonGuaranteeUnknown)
 		}
 		unknown = true
 	case r.alarms != nil && d.Model != "" && r.alarms.any():
 		for i := range d.Questions {
 			q := &d.Questions[i]
 			if r.alarms.alarmed(d.Model, q.Type, signal.Org) {
-				q.Route, alarmed = RouteHuman, true
+				q.routeForAlarm(ReasonGuaranteeAlarm)
+				alarmed = true
 			}
 		}
 	}
@@ -360,6 +374,16 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 		d.Route, d.Reason = RouteAuto, ReasonConfident
 	}
 	return d
+}
+
+// routeForAlarm routes q human for an alarm (reason: ReasonGuaranteeAlarm
+// or ReasonGuaranteeUnknown), which outranks every reason of a question
+// but an unread answer and an unpinned version, as in a Decision's.
+func (q *QuestionRoute) routeForAlarm(reason string) {
+	if q.Route == RouteHuman && (q.Reason == ReasonUnreadableResponse || q.Reason == ReasonUnpinnedVersion) {
+		return
+	}
+	q.Route, q.Reason = RouteHuman, reason
 }
 
 // newPin makes p, a validated Pin, ready for lookups.

@@ -231,6 +231,68 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// reasons lists each question's reason, as routes lists their routes.
+func reasons(d Decision) string {
+	parts := make([]string, len(d.Questions))
+	for i, q := range d.Questions {
+		parts[i] = q.ID + "=" + q.Reason
+	}
+	return strings.Join(parts, " ")
+}
+
+// Each question carries the reason for its own route: why it is auto, or
+// the first cause that routes it human, by the Decision's order; the
+// guardrails verdict, a cause of the request's, is the Decision's alone.
+func TestDecideQuestionReasons(t *testing.T) {
+	r := newRouter(t, testConfig())
+	auto := newRouter(t, Config{Pins: testConfig().Pins, Unpinned: "auto"})
+	orgs := newRouter(t, Config{OrgFallback: "human", Pins: []Pin{{
+		Version: "service-1.0.0", Choice: ptr(0.5),
+		Orgs: []OrgPin{{Org: "acme", Lines: []OrgLine{{Type: "choice", Threshold: ptr(0.5)}, {Type: "score", Human: true}}}},
+	}}})
+	tests := []struct {
+		name    string
+		router  *Router
+		qs      []evaluation.Question
+		body    []byte
+		signal  Signal
+		reasons string
+	}{
+		{"confident and low", r, mixed, body("service-1.0.0", noul("yes", "0.95"), choice("pick", "0.49"), score("rate", "0.61")), Signal{},
+			"yes=confident pick=low_confidence rate=confident"},
+		{"no threshold for a type", r, mixed, body("service-0.9.0", noul("yes", "1"), choice("pick", "0.1"), score("rate", "0.9")), Signal{},
+			"yes=no_threshold pick=low_confidence rate=no_threshold"},
+		{"unpinned, human", r, mixed, body("service-2.0.0", noul("yes", "1"), choice("pick", "1"), score("rate", "1")), Signal{},
+			"yes=unpinned_version pick=unpinned_version rate=unpinned_version"},
+		{"unpinned, auto", auto, mixed, body("service-2.0.0", noul("yes", "0.5"), choice("pick", "0.1"), score("rate", "0.61")), Signal{},
+			"yes=unpinned_version pick=unpinned_version rate=unpinned_version"},
+		{"one answer unread", r, mixed, body("service-1.0.0", noul("yes", "0.95"), choice("pick", "1.5"), score("rate", "0.61")), Signal{},
+			"yes=confident pick=unreadable_response rate=confident"},
+		{"no model", r, mixed, []byte(`{"answers":{` + noul("yes", "1") + `}}`), Signal{},
+			"yes=unreadable_response pick=unreadable_response rate=unreadable_response"},
+		{"unreadable body", r, mixed, []byte(`not json`), Signal{},
+			"yes=unreadable_response pick=unreadable_response rate=unreadable_response"},
+		{"guardrails review is the request's", r, mixed, body("service-1.0.0", noul("yes", "0.95"), choice("pick", "0.8"), score("rate", "0.61")),
+			Signal{GuardrailsReview: true}, "yes=confident pick=confident rate=confident"},
+		{"an org's human line and its missing line", orgs, mixed, body("service-1.0.0", noul("yes", "1"), choice("pick", "0.9"), score("rate", "0.9")),
+			Signal{Org: "acme"}, "yes=org_no_threshold pick=confident rate=no_threshold"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := decideBody(tt.router, tt.qs, tt.body, tt.signal)
+			if got := reasons(d); got != tt.reasons {
+				t.Errorf("question reasons %s, want %s (routes %s)", got, tt.reasons, routes(d))
+			}
+			for _, q := range d.Questions {
+				autoReason := q.Reason == ReasonConfident || q.Reason == ReasonUnpinnedVersion
+				if q.Route == RouteAuto && !autoReason || q.Route == RouteHuman && q.Reason == ReasonConfident {
+					t.Errorf("question %s routes %s for %s", q.ID, q.Route, q.Reason)
+				}
+			}
+		})
+	}
+}
+
 func TestDecideUnreadable(t *testing.T) {
 	r := newRouter(t, Config{Pins: testConfig().Pins, Unpinned: "auto"})
 	qs := []evaluation.Question{q("yes", "noul"), q("pick", "choice")}
