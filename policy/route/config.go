@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/caddyserver/caddy/v2"
@@ -333,6 +334,10 @@ func (p Pin) validateLines() error {
 // validate checks an org's lines: known types, each once, each a threshold
 // in 0..1 or human, a certificate id only beside a threshold.
 func (o OrgPin) validate() error {
+	if len(o.Lines) == 0 {
+		// Likely a block left out: it would change nothing, silently.
+		return errors.New("no lines: give a type a threshold or human, or leave the org out")
+	}
 	var types []string
 	for _, l := range o.Lines {
 		if !slices.Contains(questionTypes, l.Type) {
@@ -363,6 +368,11 @@ func (o OrgPin) validate() error {
 func checkLine(what string, threshold *float64, cert string) error {
 	if threshold != nil && !inUnit(*threshold) {
 		return fmt.Errorf("%s threshold %v is outside 0..1", what, *threshold)
+	}
+	if threshold != nil && math.Signbit(*threshold) {
+		// -0 equals 0, but no calibration writes it: a typo for some
+		// other number, most likely.
+		return fmt.Errorf("%s threshold -0 is negative: a threshold is in 0..1", what)
 	}
 	if cert == "" {
 		return nil
