@@ -65,6 +65,14 @@ type Config struct {
 	// keeps for the queue's stream under the same key_prefix, every
 	// DefaultAlarmRefresh (2s), never on the request path.
 	OnAlarm string `json:"on_alarm,omitempty"`
+	// Certificates, when set, is the file `calibrate --certificates` wrote:
+	// every `cert <id>` of the pins must be in it, for the line's model,
+	// type, question or org, and threshold (exactly, or as calibrate
+	// writes it: rounded up to 4 decimals). It is read when the config is
+	// validated and again when it is provisioned: a regular file of at
+	// most 16 MiB with at least one certificate. Default none: ids are
+	// only checked for their form.
+	Certificates string `json:"certificates,omitempty"`
 }
 
 // DefaultMaxContent is what Config.MaxContent defaults to: 512 KiB, about
@@ -219,7 +227,8 @@ const DefaultMaxLen = 100000
 // Validate checks the config without acquiring anything: thresholds and
 // audit in 0..1, each version pinned at most once, known `unpinned`,
 // `org_fallback` and `on_alarm` values, a named stream, a queue for audit,
-// include_content and on_alarm human, and max_content. A Caddyfile reports
+// include_content and on_alarm human, max_content, and, with a
+// certificates file, every certificate id against it. A Caddyfile reports
 // its errors as they are, after the block's name.
 func (c Config) Validate() error {
 	if c.Unpinned != "" && !slices.Contains(unpinnedRoutes, c.Unpinned) {
@@ -274,6 +283,9 @@ func (c Config) Validate() error {
 		if c.IncludeContent {
 			return errors.New("include_content needs a queue")
 		}
+	}
+	if err := c.checkCertificates(); err != nil {
+		return err
 	}
 	if c.MaxContent != 0 {
 		if c.MaxContent < minMaxContent {
@@ -420,6 +432,7 @@ func (c Config) replaced(repl *caddy.Replacer) Config {
 		pins[i] = p
 	}
 	c.Pins = pins
+	c.Certificates = repl.ReplaceAll(c.Certificates, "")
 	if c.Queue != nil {
 		q := *c.Queue
 		q.Stream = repl.ReplaceAll(q.Stream, "")
