@@ -38,7 +38,7 @@ func verifyConfig(out io.Writer, path string, certs []certificate.Certificate, c
 		return 0, fmt.Errorf("%s has no cert <id> on a threshold line to compare with %s", path, certsPath)
 	}
 	if mismatches == 0 {
-		_, err = fmt.Fprintf(out, "ok %s: its %d cert ids are certificates in %s of their lines' groups and thresholds\n", path, checked, certsPath)
+		_, err = fmt.Fprintf(out, "ok %s: every cert id (%d) is a certificate in %s of its line's group and threshold\n", path, checked, certsPath)
 	}
 	return mismatches, err
 }

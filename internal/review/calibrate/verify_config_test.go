@@ -35,7 +35,7 @@ func TestVerifyConfig(t *testing.T) {
 
 	good := caddyfile("good", "noul 0.9124 cert "+certs[0].ID, "choice 0.8 cert "+certs[1].ID)
 	out, err := runVerify(t, "--certificates", certsFile, "--config", good)
-	if err != nil || out != fmt.Sprintf("ok %s: its 2 cert ids are certificates in %s of their lines' groups and thresholds\n", good, certsFile) {
+	if err != nil || out != fmt.Sprintf("ok %s: every cert id (2) is a certificate in %s of its line's group and threshold\n", good, certsFile) {
 		t.Errorf("matching ids: %v\n%s", err, out)
 	}
 
