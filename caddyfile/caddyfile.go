@@ -101,6 +101,7 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			include_content
 //			max_content <size>
 //			on_alarm alert|human
+//			certificates <file>
 //		}
 //	}
 //
@@ -130,7 +131,11 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // org_no_threshold (`org_fallback human`). `cert <cert_id>` on a threshold
 // line names the certificate `calibrate --certificates` wrote for it (16
 // lowercase hex digits); X-Route-Certificate carries it for each question
-// routed auto under that line.
+// routed auto under that line. `certificates <file>` names the file
+// calibrate wrote them to: every cert id must then be in it, for the
+// line's model, type, question or org and threshold (as calibrate writes
+// it, rounded up to 4 decimals), else the Caddyfile is refused at the
+// pin's line.
 //
 // on_alarm is what a guarantee alarm of the review handler's `monitor`
 // does: alert (default) only alerts; human routes the alarmed (model,

@@ -15,10 +15,18 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 	}
 	at := sectionAt(d)
 	cfg := new(route.Config)
+	var pinAt []section  // each pin's line
+	var certsAt *section // the certificates line
 	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "pin":
-			err = parsePin(d, cfg, at)
+			var pin section
+			pin, err = parsePin(d, cfg, at)
+			pinAt = append(pinAt, pin)
+		case "certificates":
+			here := at.here(d)
+			certsAt = &here
+			cfg.Certificates, err = stringArg(d)
 		case "unpinned":
 			cfg.Unpinned, err = wordArg(d)
 		case "queue":
@@ -43,15 +51,27 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 	}, "pin"); err != nil {
 		return nil, err
 	}
+	if certsAt != nil {
+		// The certificates' faults at the lines they are of: the file's
+		// own at its line, a certificate id's at its pin's.
+		if err := certsAt.wrap((route.Config{Certificates: cfg.Certificates}).Validate()); err != nil {
+			return nil, err
+		}
+		for i, pin := range cfg.Pins {
+			if err := pinAt[i].wrap((route.Config{Pins: []route.Pin{pin}, Certificates: cfg.Certificates}).Validate()); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return cfg, at.wrap(cfg.Validate())
 }
 
 // parsePin parses one `pin <version> { ... }` of the route block, whose
-// section is parent.
-func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) error {
+// section is parent, and returns the pin's own section.
+func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) (section, error) {
 	version, err := stringArg(d)
 	if err != nil {
-		return err
+		return section{}, err
 	}
 	at := parent.here(d)
 	pin := route.Pin{Version: version}
@@ -72,17 +92,17 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) error {
 		}
 		return err
 	}, "question", "org"); err != nil {
-		return err
+		return at, err
 	}
 	// The pins so far, alone, are a valid route block unless this pin is
 	// at fault: validated here, its faults name the pin's line (the whole
 	// block is validated again once it is read).
 	pins := append(cfg.Pins, pin)
 	if err := at.wrap((route.Config{Pins: pins}).Validate()); err != nil {
-		return err
+		return at, err
 	}
 	cfg.Pins = pins
-	return nil
+	return at, nil
 }
 
 // parseQuestionLine parses `question <id> <threshold> [cert <id>]`.

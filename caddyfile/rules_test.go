@@ -33,6 +33,11 @@ var oneRules = []oneRule{
 	// systemone
 	{"unknown_keys maybe", `"unknown_keys":"maybe"`, `unknown_keys must be own or reject, not "maybe"`},
 	{"unknown_keys reject", `"unknown_keys":"reject"`, "unknown_keys reject needs org_keys"},
+	{"org_header Authorization", `"org_header":"Authorization"`, "org_header Authorization carries credentials: its value would be the org id in every log entry, Redis key and queue entry"},
+	{"org_header proxy-authorization", `"org_header":"proxy-authorization"`, "org_header Proxy-Authorization carries credentials: its value would be the org id in every log entry, Redis key and queue entry"},
+	{"org_header Cookie", `"org_header":"Cookie"`, "org_header Cookie carries credentials: its value would be the org id in every log entry, Redis key and queue entry"},
+	{`org_header "X Org"`, `"org_header":"X Org"`, `org_header "X Org" is not a valid header name (letters, digits and !#$%&'*+-.^_` + "`" + `|~ only)`},
+	{"redis redis://127.0.0.1:0", `"redis":["redis://127.0.0.1:0"]`, "redis: redis URL for host 127.0.0.1: port 0 is not in 1..65535"},
 
 	// limits
 	{"limits {\nrequests_per_minute -1\n}", `"limits":{"requests_per_minute":-1}`, "limits: requests_per_minute -1: want 0 to 10000000"},
@@ -84,6 +89,8 @@ var oneRules = []oneRule{
 	{"route {\npin v1 {\norg acme {\nrate 0.9\n}\n}\n}", `"route":{"pins":[{"version":"v1","orgs":[{"org":"acme","lines":[{"type":"rate","threshold":0.9}]}]}]}`, `route: pin "v1": org "acme": unknown question type "rate": want one of [noul choice score]`},
 	{"route {\npin v1 {\norg acme {\nnoul 0.9\nnoul human\n}\n}\n}", `"route":{"pins":[{"version":"v1","orgs":[{"org":"acme","lines":[{"type":"noul","threshold":0.9},{"type":"noul","human":true}]}]}]}`, `route: pin "v1": org "acme": noul given twice`},
 	{"route {\npin v1 {\norg acme {\nscore human cert 0123456789abcdef\n}\n}\n}", `"route":{"pins":[{"version":"v1","orgs":[{"org":"acme","lines":[{"type":"score","human":true,"cert":"0123456789abcdef"}]}]}]}`, `route: pin "v1": org "acme": score human takes no cert: nothing routes auto under it`},
+	{"route {\npin v1 {\nnoul -0\n}\n}", `"route":{"pins":[{"version":"v1","noul":-0}]}`, `route: pin "v1": noul threshold -0 is negative: a threshold is in 0..1`},
+	{"route {\npin v1 {\norg acme\n}\n}", `"route":{"pins":[{"version":"v1","orgs":[{"org":"acme"}]}]}`, `route: pin "v1": org "acme": no lines: give a type a threshold or human, or leave the org out`},
 	{"route {\nunpinned maybe\n}", `"route":{"unpinned":"maybe"}`, `route: unpinned must be "human" or "auto", not "maybe"`},
 	{"route {\norg_fallback maybe\n}", `"route":{"org_fallback":"maybe"}`, `route: org_fallback must be "pooled" or "human", not "maybe"`},
 	{"route {\non_alarm page\n}", `"route":{"on_alarm":"page"}`, `route: on_alarm must be "alert" or "human", not "page"`},

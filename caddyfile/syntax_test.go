@@ -58,6 +58,9 @@ var sampleLines = map[string]string{
 	"systemone guardrails review": "review low", // block high
 	// Two forms in one line; the active form is parsed by TestUnmarshalActiveAudit.
 	"systemone route audit": "audit 0.1",
+	// No file holds the sample cert ids: a name with a placeholder is
+	// checked when the route is provisioned, not when it is adapted.
+	"systemone route certificates": "certificates {env.SYSTEMONE_CERTIFICATES}",
 	// The wrapped writer: one that takes no arguments and no block.
 	"buffered output": "output stderr",
 }

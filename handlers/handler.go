@@ -43,14 +43,17 @@ type Handler struct {
 	// get 413 request_too_large. Default 4 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
 	// OrgHeader names a request header, set by a preceding handler, that is
-	// trusted as the organization id. Default none: the org comes from the key.
+	// trusted as the organization id. Default none: the org comes from the
+	// key. It must be a valid header name and not one that carries
+	// credentials (Authorization, Proxy-Authorization, Cookie, Set-Cookie).
 	OrgHeader string `json:"org_header,omitempty"`
 	// OrgKeys is a JSON file mapping the hex SHA-256 of API keys to org ids,
 	// so several keys share one organization's buckets. Default none: each
-	// key is an organization named by its fingerprint.
+	// key is an organization named by its fingerprint. A regular file of at
+	// most 16 MiB.
 	OrgKeys string `json:"org_keys,omitempty"`
 	// UnknownKeys is "own" (default: a key missing from org_keys is an org
-	// of its own) or "reject" (401 at the edge).
+	// of its own) or "reject" (401 at the edge, whatever OrgHeader says).
 	UnknownKeys string `json:"unknown_keys,omitempty"`
 	// Redis lists the redis:// or rediss:// URLs of the one store of shared
 	// state: token buckets, budgets, the verdict cache, the review queue. One URL is a
@@ -198,7 +201,7 @@ func (h *Handler) Validate() error {
 	if h.MaxBody < 0 {
 		return fmt.Errorf("max_body must not be negative")
 	}
-	if err := identity.Validate(h.OrgKeys, h.UnknownKeys); err != nil {
+	if err := identity.Validate(h.OrgHeader, h.OrgKeys, h.UnknownKeys); err != nil {
 		return err
 	}
 	if len(h.MetricsOrgs) > 0 && !h.PerOrgMetrics {

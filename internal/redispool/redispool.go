@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -191,6 +192,13 @@ func parseURL(raw string) (*redis.Options, error) {
 	}
 	if u.Host == "" {
 		return nil, errors.New("redis URL without a host")
+	}
+	// url.Parse takes any digits as a port; 0 would dial nowhere useful
+	// and fail only at the first request.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("redis URL for host %s: port %s is not in 1..65535", u.Hostname(), p)
+		}
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {

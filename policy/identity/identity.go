@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/systemone/systemone-gateway/internal/smallfile"
 )
 
 // Unknown-key policies for keys missing from the org_keys file.
@@ -31,10 +33,16 @@ type Resolver struct {
 }
 
 // Validate checks the identity options as written, before placeholders are
-// resolved: unknown is UnknownOwn (the default, also "") or UnknownReject,
-// and UnknownReject has a keys file to know keys by. Its error texts are the
-// ones the Caddyfile reports.
-func Validate(keysFile, unknown string) error {
+// resolved: header, when set and free of placeholders, is a valid header
+// name that carries no credential (see CheckHeader); unknown is UnknownOwn
+// (the default, also "") or UnknownReject, and UnknownReject has a keys
+// file to know keys by. Its error texts are the ones the Caddyfile reports.
+func Validate(header, keysFile, unknown string) error {
+	if header != "" && !strings.Contains(header, "{") {
+		if err := CheckHeader(header); err != nil {
+			return err
+		}
+	}
 	switch unknown {
 	case "", UnknownOwn:
 	case UnknownReject:
@@ -47,17 +55,45 @@ func Validate(keysFile, unknown string) error {
 	return nil
 }
 
+// credentialHeaders carry secrets: as org_header, their value would become
+// the org id, and so be written into every log entry, Redis key, queue
+// entry and metric label the org names.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"}
+
+// CheckHeader checks an org_header name, placeholders resolved: an HTTP
+// header name (a token), and none of the headers that carry credentials.
+func CheckHeader(header string) error {
+	if !httpguts.ValidHeaderFieldName(header) {
+		return fmt.Errorf("org_header %q is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~ only)", header)
+	}
+	for _, h := range credentialHeaders {
+		if strings.EqualFold(header, h) {
+			return fmt.Errorf("org_header %s carries credentials: its value would be the org id in every log entry, Redis key and queue entry", h)
+		}
+	}
+	return nil
+}
+
+// MaxKeysFile is the largest org_keys file read: smallfile.MaxSize, 16 MiB
+// (about 150,000 keys).
+const MaxKeysFile = smallfile.MaxSize
+
 // New builds a resolver. header, when set, names a request header that a
 // preceding handler sets and that is trusted as the org id. keysFile, when
 // set, is a JSON object mapping the lowercase hex SHA-256 of a key to an org
 // id. unknown is UnknownOwn (default) or UnknownReject. header and keysFile
 // may hold placeholders such as {env.NAME}, resolved here.
 func New(header, keysFile, unknown string) (*Resolver, error) {
-	if err := Validate(keysFile, unknown); err != nil {
+	if err := Validate(header, keysFile, unknown); err != nil {
 		return nil, err
 	}
 	repl := caddy.NewReplacer()
 	header, keysFile = repl.ReplaceAll(header, ""), repl.ReplaceAll(keysFile, "")
+	if header != "" {
+		if err := CheckHeader(header); err != nil {
+			return nil, err
+		}
+	}
 	r := &Resolver{header: header, reject: unknown == UnknownReject}
 	if r.reject && keysFile == "" {
 		return nil, errors.New("unknown_keys reject needs org_keys, empty once its placeholders are resolved")
@@ -73,7 +109,7 @@ func New(header, keysFile, unknown string) (*Resolver, error) {
 }
 
 func load(path string) (map[[sha256.Size]byte]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := smallfile.Read(path, MaxKeysFile)
 	if err != nil {
 		return nil, err
 	}
@@ -123,21 +159,24 @@ type Caller struct {
 }
 
 // Identify returns who sent a request whose bearer key is key, and false
-// when the key must be refused.
+// when the key must be refused. With unknown_keys reject, a key missing
+// from org_keys is refused whatever the org_header says: the header names
+// the org of a key the gateway knows, it does not admit a key.
 func (r *Resolver) Identify(req *http.Request, key string) (Caller, bool) {
 	c := Caller{KeySum: sha256.Sum256([]byte(key))}
+	org, known := r.keys[c.KeySum]
+	if r.reject && !known {
+		return Caller{}, false
+	}
 	if r.header != "" {
-		if org := req.Header.Get(r.header); org != "" {
-			c.Org, c.Source = org, SourceHeader
+		if h := req.Header.Get(r.header); h != "" {
+			c.Org, c.Source = h, SourceHeader
 			return c, true
 		}
 	}
-	if org, ok := r.keys[c.KeySum]; ok {
+	if known {
 		c.Org, c.Source = org, SourceKeys
 		return c, true
-	}
-	if r.reject {
-		return Caller{}, false
 	}
 	c.Org, c.Source = Fingerprint(c.KeySum), SourceKey
 	return c, true

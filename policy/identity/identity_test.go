@@ -137,7 +137,7 @@ func TestValidateAndPlaceholders(t *testing.T) {
 		{"", UnknownReject, "unknown_keys reject needs org_keys"},
 		{"", "maybe", `unknown_keys must be own or reject, not "maybe"`},
 	} {
-		err := Validate(c.file, c.unknown)
+		err := Validate("", c.file, c.unknown)
 		if c.err == "" && err != nil || c.err != "" && (err == nil || err.Error() != c.err) {
 			t.Errorf("Validate(%q, %q) = %v, want %q", c.file, c.unknown, err, c.err)
 		}
@@ -157,5 +157,74 @@ func TestValidateAndPlaceholders(t *testing.T) {
 	}
 	if _, err := New("", "{env.SYSTEMONE_TEST_UNSET_NAME}", UnknownReject); err == nil || !strings.Contains(err.Error(), "empty once its placeholders are resolved") {
 		t.Errorf("reject with a keys file that resolves to nothing: %v", err)
+	}
+}
+
+// An org_header is a header name, and not one whose value is a credential:
+// the org id is written into logs, Redis keys and queue entries.
+func TestOrgHeaderRefusals(t *testing.T) {
+	for header, want := range map[string]string{
+		"Authorization":       "org_header Authorization carries credentials",
+		"authorization":       "org_header Authorization carries credentials",
+		"Proxy-Authorization": "org_header Proxy-Authorization carries credentials",
+		"cookie":              "org_header Cookie carries credentials",
+		"Set-Cookie":          "org_header Set-Cookie carries credentials",
+		"X Org":               `org_header "X Org" is not a valid header name`,
+		"X-Org:":              `org_header "X-Org:" is not a valid header name`,
+		"X-Örg":               `org_header "X-Örg" is not a valid header name`,
+	} {
+		if err := Validate(header, "", ""); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate(%q) = %v, want %q", header, err, want)
+		}
+		if _, err := New(header, "", ""); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New(%q) = %v, want %q", header, err, want)
+		}
+	}
+	for _, ok := range []string{"X-Org", "x_org", "{env.SYSTEMONE_TEST_ORG_HEADER}"} {
+		if err := Validate(ok, "", ""); err != nil {
+			t.Errorf("Validate(%q) = %v", ok, err)
+		}
+	}
+	// A placeholder is checked once resolved.
+	t.Setenv("SYSTEMONE_TEST_ORG_HEADER", "Authorization")
+	if _, err := New("{env.SYSTEMONE_TEST_ORG_HEADER}", "", ""); err == nil || !strings.Contains(err.Error(), "carries credentials") {
+		t.Errorf("org_header resolving to Authorization: %v", err)
+	}
+}
+
+// unknown_keys reject refuses a key missing from org_keys even when the
+// org_header names an org; a known key still takes the header's org.
+func TestRejectWithOrgHeader(t *testing.T) {
+	r, err := New("X-Org", keysFile(t, `{"`+digest("k1")+`":"acme"}`), UnknownReject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "/v1/systemone", nil)
+	req.Header.Set("X-Org", "acme")
+	if c, ok := r.Identify(req, "unknown-key"); ok {
+		t.Errorf("an unknown key with X-Org: acme admitted as %+v", c)
+	}
+	if c, ok := r.Identify(req, "k1"); !ok || c.Org != "acme" || c.Source != SourceHeader {
+		t.Errorf("a known key with X-Org: %+v %v", c, ok)
+	}
+}
+
+// org_keys is read bounded: a device is refused at once, not read forever,
+// and so is a file over MaxKeysFile.
+func TestKeysFileBounded(t *testing.T) {
+	if _, err := New("", "/dev/zero", ""); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("org_keys /dev/zero: %v", err)
+	}
+	big := filepath.Join(t.TempDir(), "big.json")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(MaxKeysFile + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := New("", big, ""); err == nil || !strings.Contains(err.Error(), "larger than 16 MiB") {
+		t.Errorf("org_keys over 16 MiB: %v", err)
 	}
 }

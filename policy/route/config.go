@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/caddyserver/caddy/v2"
@@ -64,6 +65,14 @@ type Config struct {
 	// keeps for the queue's stream under the same key_prefix, every
 	// DefaultAlarmRefresh (2s), never on the request path.
 	OnAlarm string `json:"on_alarm,omitempty"`
+	// Certificates, when set, is the file `calibrate --certificates` wrote:
+	// every `cert <id>` of the pins must be in it, for the line's model,
+	// type, question or org, and threshold (exactly, or as calibrate
+	// writes it: rounded up to 4 decimals). It is read when the config is
+	// validated and again when it is provisioned: a regular file of at
+	// most 16 MiB with at least one certificate. Default none: ids are
+	// only checked for their form.
+	Certificates string `json:"certificates,omitempty"`
 }
 
 // DefaultMaxContent is what Config.MaxContent defaults to: 512 KiB, about
@@ -218,7 +227,8 @@ const DefaultMaxLen = 100000
 // Validate checks the config without acquiring anything: thresholds and
 // audit in 0..1, each version pinned at most once, known `unpinned`,
 // `org_fallback` and `on_alarm` values, a named stream, a queue for audit,
-// include_content and on_alarm human, and max_content. A Caddyfile reports
+// include_content and on_alarm human, max_content, and, with a
+// certificates file, every certificate id against it. A Caddyfile reports
 // its errors as they are, after the block's name.
 func (c Config) Validate() error {
 	if c.Unpinned != "" && !slices.Contains(unpinnedRoutes, c.Unpinned) {
@@ -273,6 +283,9 @@ func (c Config) Validate() error {
 		if c.IncludeContent {
 			return errors.New("include_content needs a queue")
 		}
+	}
+	if err := c.checkCertificates(); err != nil {
+		return err
 	}
 	if c.MaxContent != 0 {
 		if c.MaxContent < minMaxContent {
@@ -333,6 +346,10 @@ func (p Pin) validateLines() error {
 // validate checks an org's lines: known types, each once, each a threshold
 // in 0..1 or human, a certificate id only beside a threshold.
 func (o OrgPin) validate() error {
+	if len(o.Lines) == 0 {
+		// Likely a block left out: it would change nothing, silently.
+		return errors.New("no lines: give a type a threshold or human, or leave the org out")
+	}
 	var types []string
 	for _, l := range o.Lines {
 		if !slices.Contains(questionTypes, l.Type) {
@@ -363,6 +380,11 @@ func (o OrgPin) validate() error {
 func checkLine(what string, threshold *float64, cert string) error {
 	if threshold != nil && !inUnit(*threshold) {
 		return fmt.Errorf("%s threshold %v is outside 0..1", what, *threshold)
+	}
+	if threshold != nil && math.Signbit(*threshold) {
+		// -0 equals 0, but no calibration writes it: a typo for some
+		// other number, most likely.
+		return fmt.Errorf("%s threshold -0 is negative: a threshold is in 0..1", what)
 	}
 	if cert == "" {
 		return nil
@@ -410,6 +432,7 @@ func (c Config) replaced(repl *caddy.Replacer) Config {
 		pins[i] = p
 	}
 	c.Pins = pins
+	c.Certificates = repl.ReplaceAll(c.Certificates, "")
 	if c.Queue != nil {
 		q := *c.Queue
 		q.Stream = repl.ReplaceAll(q.Stream, "")

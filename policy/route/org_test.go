@@ -181,6 +181,9 @@ func TestCertificateHeader(t *testing.T) {
 	}
 }
 
+// humanNoul is an org's one line: noul routes human.
+var humanNoul = []OrgLine{{Type: evaluation.TypeNoul, Human: true}}
+
 // Every check of a pin's lines, with the words both a Caddyfile and a JSON
 // config get.
 func TestValidateOrgsAndCertificates(t *testing.T) {
@@ -200,7 +203,11 @@ func TestValidateOrgsAndCertificates(t *testing.T) {
 		{"question cert", pin(Pin{Questions: map[string]float64{"q": 0.9}, QuestionCerts: map[string]string{"q": "x"}}), `pin "v": question "q" cert "x": a certificate id is 16 lowercase hex digits`},
 		{"question cert without threshold", pin(Pin{QuestionCerts: map[string]string{"q": "0123456789abcdef"}}), `pin "v": question "q" cert "0123456789abcdef" without a threshold`},
 		{"org without a name", pin(Pin{Orgs: []OrgPin{{}}}), `pin "v": org with an empty name`},
-		{"org twice", pin(Pin{Orgs: []OrgPin{{Org: "acme"}, {Org: "globex"}, {Org: "acme"}}}), `pin "v": org "acme" given twice`},
+		{"org twice", pin(Pin{Orgs: []OrgPin{{Org: "acme", Lines: humanNoul}, {Org: "globex", Lines: humanNoul}, {Org: "acme", Lines: humanNoul}}}), `pin "v": org "acme" given twice`},
+		{"org without lines", pin(Pin{Orgs: []OrgPin{{Org: "acme"}}}), `pin "v": org "acme": no lines: give a type a threshold or human, or leave the org out`},
+		{"threshold -0", pin(Pin{Noul: ptr(math.Copysign(0, -1))}), `pin "v": noul threshold -0 is negative: a threshold is in 0..1`},
+		{"question threshold -0", pin(Pin{Questions: map[string]float64{"q": math.Copysign(0, -1)}}), `pin "v": question "q" threshold -0 is negative: a threshold is in 0..1`},
+		{"org threshold -0", org(OrgLine{Type: "score", Threshold: ptr(math.Copysign(0, -1))}), `pin "v": org "acme": score threshold -0 is negative: a threshold is in 0..1`},
 		{"unknown type", org(OrgLine{Type: "rate", Threshold: ptr(0.5)}), `pin "v": org "acme": unknown question type "rate": want one of [noul choice score]`},
 		{"type twice", org(OrgLine{Type: "noul", Threshold: ptr(0.5)}, OrgLine{Type: "noul", Human: true}), `pin "v": org "acme": noul given twice`},
 		{"threshold and human", org(OrgLine{Type: "noul", Threshold: ptr(0.5), Human: true}), `pin "v": org "acme": noul is a threshold or human, not both`},

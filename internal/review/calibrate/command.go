@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
@@ -66,7 +65,7 @@ Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime.
 		CobraFunc: setUp,
 	}, {
 		Name:  "verify",
-		Usage: "--certificates <file> <labels>",
+		Usage: "--certificates <file> [--config <Caddyfile>] [<labels>]",
 		Short: "Checks calibrate's certificates against the review API's labels",
 		Long: `
 Recomputes each certificate of --certificates (written by calibrate
@@ -77,6 +76,17 @@ changed, threshold, counts, evidence), and exits with status 1 when any
 differs. <labels> is read as calibrate reads it: a file, - for standard
 input, or the http(s) URL of a /labels endpoint. An organization can check
 its own groups' certificates from its own lines.
+
+--config <Caddyfile> compares the cert ids of the Caddyfile's systemone
+route blocks with the certificates file: each must be a certificate of
+its line's model, type, question or org and threshold (as calibrate writes
+it, rounded up to 4 decimals). It prints "mismatch <Caddyfile>: <line>:
+<what differs>" for each that is not, or one "ok <Caddyfile>" line, and
+exits with status 1 on a mismatch, or when the Caddyfile has no cert id.
+With --config, <labels> is optional.
+
+A certificates file that is empty, not a regular file or over 16 MiB is an
+error (exit status 1).
 `,
 		CobraFunc: setUpVerify,
 	}}
@@ -190,22 +200,16 @@ func writeCertificates(path string, res *Result, opts Options, raw [][]byte) err
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := certificate.Write(f, certs); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return certificate.WriteFile(path, certs)
 }
 
 func setUpVerify(cmd *cobra.Command) {
 	cmd.Flags().String("certificates", "", "the certificates file calibrate --certificates wrote (required)")
-	cmd.Args = func(_ *cobra.Command, args []string) error {
-		if len(args) != 1 {
-			return errors.New("want one <labels> argument: a file, - for standard input, or the URL of a /labels endpoint")
+	cmd.Flags().String("config", "", "a Caddyfile whose route blocks' cert ids to compare with the certificates")
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		config, _ := cmd.Flags().GetString("config")
+		if len(args) > 1 || len(args) == 0 && config == "" {
+			return errors.New("want one <labels> argument (a file, - for standard input, or the URL of a /labels endpoint), or --config <Caddyfile>")
 		}
 		return nil
 	}
@@ -219,28 +223,30 @@ func runVerify(cmd *cobra.Command, args []string) error {
 			return 2, errors.New("--certificates is required: the file calibrate --certificates wrote")
 		})(cmd, args)
 	}
-	f, err := os.Open(path)
+	certs, err := certificate.ReadFile(path)
 	if err != nil {
-		return err
-	}
-	certs, err := certificate.Read(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
-	}
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	_, raw, err := LoadRaw(ctx, args[0], cmd.InOrStdin())
-	if err != nil {
-		return err
-	}
-	found, err := Verify(certs, raw)
-	if err != nil {
-		return err
+		return fmt.Errorf("reading the certificates: %w", err)
 	}
 	mismatches := 0
+	if config, _ := cmd.Flags().GetString("config"); config != "" {
+		if mismatches, err = verifyConfig(cmd.OutOrStdout(), config, certs, path); err != nil {
+			return err
+		}
+	}
+	var found []Verification
+	if len(args) == 1 {
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		_, raw, err := LoadRaw(ctx, args[0], cmd.InOrStdin())
+		if err != nil {
+			return err
+		}
+		if found, err = Verify(certs, raw); err != nil {
+			return err
+		}
+	}
 	for _, v := range found {
 		if !v.OK() {
 			mismatches++
@@ -251,7 +257,7 @@ func runVerify(cmd *cobra.Command, args []string) error {
 	}
 	if mismatches > 0 {
 		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
-			return 1, fmt.Errorf("%d of %d certificates do not match the labels", mismatches, len(found))
+			return 1, fmt.Errorf("%d mismatches between the certificates and the labels or the Caddyfile", mismatches)
 		})(cmd, args)
 	}
 	return nil

@@ -10,32 +10,13 @@ import (
 	"strings"
 	"text/tabwriter"
 	"unicode"
+
+	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
 )
 
 // FormatThreshold writes a threshold with at most 4 decimals, rounded up,
-// so that the written value is never below t: raising a threshold only
-// moves answers to a human. (The guarantee is for the answers at or above
-// t; those at or above the written value are their most confident part,
-// and keep it when agreement does not fall as confidence rises.) It rounds the
-// shortest decimal that reads back as t, not t's binary expansion: 0.95
-// is written 0.95, not 0.9501, though the float64 nearest 0.95 is a hair
-// above it.
-func FormatThreshold(t float64) string {
-	s := strconv.FormatFloat(t, 'f', -1, 64)
-	whole, frac, _ := strings.Cut(s, ".")
-	if len(frac) <= 4 {
-		return s
-	}
-	// The shortest form has no trailing zero, so a digit past the fourth is
-	// nonzero: round up. t is in 0..1, so the digits fit an int.
-	n, err := strconv.Atoi(whole + frac[:4])
-	if err != nil {
-		return s // not a threshold from a Line; left exact rather than wrong
-	}
-	n++
-	out := fmt.Sprintf("%d.%04d", n/10000, n%10000)
-	return strings.TrimSuffix(strings.TrimRight(out, "0"), ".")
-}
+// as the fragment's lines write it (certificate.FormatThreshold).
+func FormatThreshold(t float64) string { return certificate.FormatThreshold(t) }
 
 // resultJSON is the documented `--json` document.
 type resultJSON struct {
