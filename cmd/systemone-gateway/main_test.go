@@ -3,25 +3,24 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 )
 
 // bin is the built binary, shared by the tests.
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "systemone-gateway-cmd")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "systemone-gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		os.Stderr.Write(out)
-		panic(err)
+	var dir string
+	var err error
+	if bin, dir, err = gatewaytest.BuildBinary("."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
