@@ -221,7 +221,8 @@ func TestDashboardFile(t *testing.T) {
 	for _, want := range []string{"Requests by outcome", "Requests by route", "Share routed auto per model", "Guardrails verdicts",
 		"Limit rejections", "Budget rejections", "Breaker state per model", "Input tokens per second", "Cost per hour",
 		"Review labels per model and type", "Review agreement per model and type", "Redis up", "Settlements waiting for Redis",
-		"Answer cache requests", "Answer cache hit ratio"} {
+		"Answer cache requests", "Answer cache hit ratio",
+		"Guarantee evidence per group", "Guarantee alarms", "Share routed to people per model"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("no panel %q", want)
 		}
@@ -359,6 +360,7 @@ func startStack(t *testing.T) *stack {
 		systemone_review {
 			redis %[2]s
 			stream %[3]s
+			monitor 0.95 settle 0s
 		}
 	}
 	handle {
@@ -385,6 +387,7 @@ func startStack(t *testing.T) *stack {
 					noul 0.5
 				}
 				queue %[3]s maxlen 1000
+				audit 1
 			}
 		}
 		reverse_proxy %[7]s

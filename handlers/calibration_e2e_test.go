@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -96,6 +97,21 @@ func TestCalibrationLoop(t *testing.T) {
 	// needed at delta 0.05) the one-look method walks down to the lowest
 	// confidence. (This is one look, fixed in advance: the default anytime
 	// method needs more entries, and is tested in its own package.)
+	// The mount's URL without /labels reaches the gateway (401
+	// invalid_api_key: /review is not under handle_path /review/*) or the
+	// review page (/review/): the one-line error says which URL was meant.
+	for _, wrong := range []string{url + "/review", url + "/review/"} {
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, "calibrate", "--target", "0.9", wrong)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.Count(stderr.String(), "\n") != 1 ||
+			!strings.Contains(stderr.String(), "did you mean "+url+"/review/labels?") {
+			t.Errorf("calibrate %s: %v, stderr %q: want exit status 1 and the /labels URL in one line", wrong, err, stderr.String())
+		}
+	}
+
 	cmd := exec.Command(bin, "calibrate", "--method", "uniform", "--target", "0.9", "--json", url+"/review/labels")
 	out, err := cmd.Output()
 	if err != nil {

@@ -42,7 +42,7 @@ func TestReplayLoop(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Logf("built in %v", time.Since(start))
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	hash, err := bcrypt.GenerateFromPassword([]byte("secret"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestReplayLoop(t *testing.T) {
 	sim := unlimitedSimulator(t)
 	port := gatewaytest.FreePort(t)
 	gateway := fmt.Sprintf("http://127.0.0.1:%d", port)
-	review := fmt.Sprintf("http://ann:s3cret@127.0.0.1:%d/review", port)
+	review := fmt.Sprintf("http://ann:secret@127.0.0.1:%d/review", port)
 	config := func(pins string) string {
 		return fmt.Sprintf(`:%d {
 	handle_path /review/* {
@@ -99,7 +99,7 @@ func TestReplayLoop(t *testing.T) {
 	getReview := func(path string, v any) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", gateway+"/review"+path, nil)
-		req.SetBasicAuth("ann", "s3cret")
+		req.SetBasicAuth("ann", "secret")
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -128,7 +128,7 @@ func TestReplayLoop(t *testing.T) {
 		}
 		label, _ := json.Marshal(map[string]any{"labels": truth, "reviewer": "ann"})
 		req, _ := http.NewRequest("PUT", gateway+"/review/items/"+it.ID+"/labels", bytes.NewReader(label))
-		req.SetBasicAuth("ann", "s3cret")
+		req.SetBasicAuth("ann", "secret")
 		resp, err := client.Do(req)
 		if err != nil || resp.StatusCode != 204 {
 			t.Fatalf("PUT labels of %s: %v %v", it.ID, resp, err)

@@ -94,7 +94,7 @@ func TestDocsReview(t *testing.T) {
 		}
 		hash = strings.TrimSpace(runCaddyCommand(t, words[1:]))
 	}
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte("s3cret")) != nil {
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte("secret")) != nil {
 		t.Fatalf("hash-password gave %q, not a bcrypt hash of the documented password", hash)
 	}
 
@@ -131,7 +131,7 @@ func TestDocsReview(t *testing.T) {
 		if resp, _ := do(t, req); resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%s without credentials: %d, want 401", line, resp.StatusCode)
 		}
-		req.SetBasicAuth("ann", "s3cret")
+		req.SetBasicAuth("ann", "secret")
 		resp, body := do(t, req)
 		if resp.StatusCode != 200 || !json.Valid(body) {
 			t.Errorf("%s: %d %s", line, resp.StatusCode, body)
@@ -140,7 +140,7 @@ func TestDocsReview(t *testing.T) {
 	// The first request finds the entry once it is queued (audit 0.05 may
 	// or may not have drawn it; the second finds it either way).
 	req, _ = http.NewRequest(http.MethodGet, s.url+strings.TrimPrefix(requests[1], "GET "), nil)
-	req.SetBasicAuth("ann", "s3cret")
+	req.SetBasicAuth("ann", "secret")
 	var p page
 	wait.Until(t, "the queued entry", func() bool { // the queue writes in the background
 		_, body := do(t, req)

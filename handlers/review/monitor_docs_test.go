@@ -88,7 +88,7 @@ func TestMonitorDocs(t *testing.T) {
 	if len(commands) != 2 {
 		t.Fatalf("%d commands, want GET and DELETE", len(commands))
 	}
-	if commands[0][1] != "reviewer" || commands[1][1] != "operator" {
+	if commands[0][1] != "ann" || commands[1][1] != "ops" {
 		t.Fatalf("the GET is the reviewer's and the reset the operator's: %q", commands)
 	}
 	send := func(m []string) (*http.Response, []byte) {

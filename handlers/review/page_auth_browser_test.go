@@ -21,7 +21,7 @@ import (
 // user, on the page and in the API; the progress target starts at the
 // monitor's; the page says what the guarantee says and assumes.
 func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	hash, err := bcrypt.GenerateFromPassword([]byte("secret"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +45,11 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			tb := b.newTab(ctx)
 			pageURL := s.url + "/review/"
 			if inURL {
-				pageURL = strings.Replace(s.url, "http://", "http://ann:s3cret@", 1) + "/review/"
+				pageURL = strings.Replace(s.url, "http://", "http://ann:secret@", 1) + "/review/"
 			} else {
 				tb.do("Network.enable", nil)
 				tb.do("Network.setExtraHTTPHeaders", map[string]any{"headers": map[string]string{
-					"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("ann:s3cret")),
+					"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("ann:secret")),
 				}})
 			}
 			tb.navigate(pageURL)
@@ -59,7 +59,7 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 				// does too, and fetch refuses it.
 				var baseURI string
 				tb.eval(`document.baseURI`, &baseURI)
-				if !strings.Contains(baseURI, "ann:s3cret@") {
+				if !strings.Contains(baseURI, "ann:secret@") {
 					t.Fatalf("the browser dropped the credentials from the page's base URL (%s): the test would not exercise them", baseURI)
 				}
 			}
@@ -111,7 +111,7 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			var rows [][]string
 			tb.eval(`[...document.querySelectorAll('#groups tbody tr')].map(r => [...r.children].map(c => c.textContent))`, &rows)
 			req, _ := http.NewRequest(http.MethodGet, s.url+"/review/progress?target=0.9", nil)
-			req.SetBasicAuth("ann", "s3cret")
+			req.SetBasicAuth("ann", "secret")
 			resp, body := do(t, req)
 			var progress struct {
 				Groups []struct {
@@ -146,7 +146,7 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 			// The API records the signed-in user, whatever name the body gives.
 			other := s.addEntry(t, false)
 			req, _ = http.NewRequest(http.MethodPut, s.url+"/review/items/"+other+"/labels", strings.NewReader(`{"labels":{"q":true},"reviewer":"mallory"}`))
-			req.SetBasicAuth("ann", "s3cret")
+			req.SetBasicAuth("ann", "secret")
 			if resp, body := do(t, req); resp.StatusCode != http.StatusNoContent {
 				t.Fatalf("PUT as ann: %d %s", resp.StatusCode, body)
 			}

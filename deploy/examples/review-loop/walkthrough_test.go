@@ -26,7 +26,7 @@ import (
 // TestWalkthrough runs docs/walkthrough.md as printed, against the example
 // Caddyfile, with the real binaries it builds and a real redis-server: the
 // doc's sh blocks in order, with the example's ports (:8080 gateway,
-// :9080 simulator, :2019 admin) moved to free ones, and the Redis of
+// :9080 simulator, :2019 admin, :9180 metrics) moved to free ones, and the Redis of
 // internal/redistest in place of the doc's `redis-server` line. Pasting a
 // printed pin is done as the doc says: into the route block, then the doc's
 // reload command.
@@ -54,7 +54,8 @@ func TestWalkthrough(t *testing.T) {
 	}
 
 	gw, sim, admin := gatewaytest.FreePort(t), gatewaytest.FreePort(t), gatewaytest.FreePort(t)
-	ports := strings.NewReplacer(":8080", fmt.Sprintf(":%d", gw), ":9080", fmt.Sprintf(":%d", sim), ":2019", fmt.Sprintf(":%d", admin))
+	ports := strings.NewReplacer(":8080", fmt.Sprintf(":%d", gw), ":9080", fmt.Sprintf(":%d", sim), ":2019", fmt.Sprintf(":%d", admin),
+		":9180", fmt.Sprintf(":%d", gatewaytest.FreePort(t)))
 	work := t.TempDir()
 	caddyfile := filepath.Join(work, "deploy/examples/review-loop/Caddyfile")
 	example, err := os.ReadFile(filepath.Join(root, "deploy/examples/review-loop/Caddyfile"))

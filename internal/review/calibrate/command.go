@@ -10,6 +10,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/systemone/systemone-gateway/internal/cli"
 	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
 )
 
@@ -111,12 +112,13 @@ func setUp(cmd *cobra.Command) {
 		return nil
 	}
 	cmd.RunE = run
+	cli.SetUp(cmd, `docs/calibration.md, "calibrate"`)
 }
 
 func run(cmd *cobra.Command, args []string) error {
 	fl := cmd.Flags()
 	if !fl.Changed("target") {
-		return errors.New("--target is required: the agreement to guarantee, for example --target 0.95")
+		return cli.Usagef("--target is required: the agreement to guarantee, for example --target 0.95")
 	}
 	opts := DefaultOptions()
 	var err error
@@ -130,7 +132,7 @@ func run(cmd *cobra.Command, args []string) error {
 	if err = opts.Validate(); err != nil {
 		// Before any fetching: a typo should not cost a download. A usage
 		// error exits with status 2, as command-line tools do.
-		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return 2, err })(cmd, args)
+		return cli.Usage(err)
 	}
 
 	ctx := cmd.Context()
@@ -214,14 +216,13 @@ func setUpVerify(cmd *cobra.Command) {
 		return nil
 	}
 	cmd.RunE = runVerify
+	cli.SetUp(cmd, `docs/calibration.md, "Per organization (--by org), certificates and verify"`)
 }
 
 func runVerify(cmd *cobra.Command, args []string) error {
 	path, _ := cmd.Flags().GetString("certificates")
 	if path == "" {
-		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
-			return 2, errors.New("--certificates is required: the file calibrate --certificates wrote")
-		})(cmd, args)
+		return cli.Usagef("--certificates is required: the file calibrate --certificates wrote")
 	}
 	certs, err := certificate.ReadFile(path)
 	if err != nil {
@@ -256,9 +257,7 @@ func runVerify(cmd *cobra.Command, args []string) error {
 		}
 	}
 	if mismatches > 0 {
-		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
-			return 1, fmt.Errorf("%d mismatches between the certificates and the labels or the Caddyfile", mismatches)
-		})(cmd, args)
+		return fmt.Errorf("%d mismatches between the certificates and the labels or the Caddyfile", mismatches)
 	}
 	return nil
 }

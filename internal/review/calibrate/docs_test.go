@@ -62,7 +62,7 @@ func TestDocCalibrateCommand(t *testing.T) {
 		body.Write(append(b, '\n'))
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if u, p, ok := req.BasicAuth(); !ok || u != "user" || p != "password" || req.URL.Path != "/review/labels" {
+		if u, p, ok := req.BasicAuth(); !ok || u != "ann" || p != "secret" || req.URL.Path != "/review/labels" {
 			http.Error(w, `{"detail":"no"}`, http.StatusUnauthorized)
 			return
 		}
@@ -71,10 +71,10 @@ func TestDocCalibrateCommand(t *testing.T) {
 	}))
 	defer srv.Close()
 	url := args[len(args)-1]
-	if !strings.HasPrefix(url, "https://user:password@gateway.example/") {
+	if !strings.HasPrefix(url, "https://ann:secret@gateway.example/") {
 		t.Fatalf("URL %q", url)
 	}
-	args[len(args)-1] = strings.Replace(url, "https://user:password@gateway.example", strings.Replace(srv.URL, "http://", "http://user:password@", 1), 1)
+	args[len(args)-1] = strings.Replace(url, "https://ann:secret@gateway.example", strings.Replace(srv.URL, "http://", "http://ann:secret@", 1), 1)
 
 	out, _, err := runCommand(t, nil, args...)
 	if err != nil {

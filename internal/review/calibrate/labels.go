@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -59,10 +60,14 @@ func read(ctx context.Context, src string, stdin io.Reader, readAll func(io.Read
 	case hasPrefixFold(src, "http://") || hasPrefixFold(src, "https://"):
 		rc, redacted, err := openURL(ctx, src)
 		if err != nil {
-			return err
+			return withLabelsHint(err, src)
 		}
 		defer rc.Close()
 		body, name = rc, "GET "+redacted
+		if err := readAll(body); err != nil {
+			return withLabelsHint(fmt.Errorf("reading %s: %w", name, err), src)
+		}
+		return nil
 	default:
 		f, err := os.Open(src)
 		if err != nil {
@@ -75,6 +80,20 @@ func read(ctx context.Context, src string, stdin io.Reader, readAll func(io.Read
 		return fmt.Errorf("reading %s: %w", name, err)
 	}
 	return nil
+}
+
+// withLabelsHint adds to err, when the URL src does not end in /labels,
+// the URL it likely meant: a review mount's base URL reaches the review
+// page (/review/), or, without the slash, whatever the site serves there
+// (the gateway's 401 invalid_api_key, often), not the export.
+func withLabelsHint(err error, src string) error {
+	u, perr := url.Parse(src)
+	if perr != nil || strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/labels") {
+		return err
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + "/labels"
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	return fmt.Errorf("%w; did you mean %s? (the review API's /labels endpoint)", err, u.Redacted())
 }
 
 func hasPrefixFold(s, prefix string) bool {
@@ -193,7 +212,7 @@ func (s *Sample) AddLabel(rec *record.Label) error {
 func LineOf(rec *record.Label) (Line, error) {
 	var err error
 	l := Line{Model: rec.Model, Type: rec.Type, Question: rec.Question, Agree: rec.Agree, Audit: rec.Audit,
-		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay}
+		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay || rec.Route == RouteReplayFailed}
 	if rec.Confidence != nil {
 		l.Confidence, l.HasConfidence = max(*rec.Confidence, 0), true // -0 would print as "-0"
 	}

@@ -16,6 +16,8 @@ import (
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/systemone/systemone-gateway/internal/cli"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files with the current output")
@@ -260,9 +262,21 @@ func TestCommandErrors(t *testing.T) {
 		// Options are checked before the labels are read.
 		{[]string{"--target", "2", "testdata/missing.ndjson"}, "--target 2 is not between 0 and 1"},
 	} {
-		_, _, err := runCommand(t, nil, tt.args...)
+		_, stderr, err := runCommand(t, nil, tt.args...)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("calibrate %s: error %v, want %q", strings.Join(tt.args, " "), err, tt.want)
+		}
+		// One plain line on standard error, and the exit status: 1 for a
+		// source that cannot be read, 2 for a wrong command line.
+		status := cli.StatusUsage
+		if strings.Contains(tt.want, "no such file") {
+			status = cli.StatusFailure
+		}
+		if got := cli.Status(err); got != status {
+			t.Errorf("calibrate %s: exit status %d, want %d", strings.Join(tt.args, " "), got, status)
+		}
+		if !strings.HasPrefix(stderr, "systemone-gateway calibrate: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("calibrate %s: standard error %q, want one line", strings.Join(tt.args, " "), stderr)
 		}
 	}
 }

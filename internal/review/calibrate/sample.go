@@ -13,6 +13,11 @@ import (
 // RouteReplay is the `route` of a `/labels` line written by `replay`.
 const RouteReplay = record.RouteReplay
 
+// RouteReplayFailed is the `route` of a `/labels` line `replay` wrote for
+// an entry that failed: read as a replayed line, a disagreement at
+// confidence 1.
+const RouteReplayFailed = record.RouteReplayFailed
+
 // EntryID is a line's review stream entry id (record.ID): the order in
 // which entries were queued, fixed before any label exists.
 type EntryID struct {

@@ -13,6 +13,12 @@ import (
 // original entry's.
 const RouteReplay = "replay"
 
+// RouteReplayFailed is the `route` of a `/labels` line `replay` writes for
+// an entry the new version did not answer: a disagreement at confidence 1,
+// so that a failure counts against every threshold and never drops out of
+// the sample. Its draw is the original entry's, as a replayed line's.
+const RouteReplayFailed = "replay_failed"
+
 // Label is one `/labels` line: one labelled question of one entry, as the
 // review API stores it and exports it, fields in this order. It carries
 // everything the export needs (the entry's ids, model, the question's
@@ -41,7 +47,7 @@ type Label struct {
 	AuditP     json.Number `json:"audit_p,omitempty"`
 	AuditFloor json.Number `json:"audit_floor,omitempty"`
 	AuditFrom  json.Number `json:"audit_from,omitempty"`
-	// Route is the question's route, or RouteReplay.
+	// Route is the question's route, RouteReplay or RouteReplayFailed.
 	Route    string `json:"route"`
 	Reviewer string `json:"reviewer"`
 	// TS is when the label was stored, RFC 3339 in UTC.

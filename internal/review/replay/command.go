@@ -3,13 +3,14 @@ package replay
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/systemone/systemone-gateway/internal/cli"
 )
 
 // APIKeyEnv is the environment variable the command reads the API key from;
@@ -21,7 +22,7 @@ const APIKeyEnv = "SYSTEMONE_API_KEY"
 func Command() caddycmd.Command {
 	return caddycmd.Command{
 		Name:  "replay",
-		Usage: "--review <url> --upstream <base_url> --model <version> [--concurrency <n>] [--price <yuan>] [--out <file>]",
+		Usage: "--review <url> --upstream <base_url> --model <version> [--concurrency <n>] [--price <yuan>] [--out <file>] [--limit <n>] [--dry-run]",
 		Short: "Re-asks the labelled requests to a new model version, for calibrate",
 		Long: `
 Calibrates a new model version before it serves, from the labels already
@@ -43,6 +44,13 @@ response's x-request-id, every other field as in the original line. So:
 
   systemone-gateway replay ... | systemone-gateway calibrate --target 0.95 -
 
+An entry that fails (no 200 after the retries, a refusal, a redirect) is
+not dropped from the sample: each of its labelled questions is written as
+a disagreement at confidence 1 with no answer and route "replay_failed",
+under the version the other entries were answered by. calibrate counts it
+against every threshold, so failures can only raise thresholds, never make
+a wrong one more likely; replay again when the upstream is healthy.
+
 No redirect is followed: a 3xx from the review API or the upstream is a
 failure, so that the review API's password and the API key go only to the
 URLs given. /labels is streamed, an entry at a time: memory does not grow
@@ -50,10 +58,17 @@ with its length.
 
 The last line on standard error is the summary
 "replayed <n> skipped <n> failed <n> tokens <n> cost <yuan>" (skipped: no
-stored request; cost at --price yuan per million input tokens). The exit
-status is 1 when any entry failed.
+stored request; cost at --price yuan per million input tokens). On a
+terminal, a progress line above it counts the entries as they go. The
+exit status is 1 when any entry failed, 2 for a wrong command line.
 
-Defaults: --concurrency 4, --price 0.042.
+--limit <n> replays at most the first n labelled entries of /labels.
+--dry-run sends nothing: it writes one line per entry that would be
+replayed, "entry <id> questions <n> tokens <estimate>" (the gateway's own
+estimate of the stored request's input tokens), and ends with the
+estimated tokens and cost at --price.
+
+Defaults: --concurrency 4, --price 0.042, --limit 0 (all).
 `,
 		CobraFunc: setUp,
 	}
@@ -67,10 +82,13 @@ func setUp(cmd *cobra.Command) {
 	fl.Int("concurrency", DefaultConcurrency, "entries replayed at once")
 	fl.Float64("price", DefaultPrice, "yuan per million input tokens, for the summary's cost")
 	fl.String("out", "", "write the lines to this file instead of standard output")
+	fl.Int("limit", 0, "replay at most the first n labelled entries of /labels (0: all)")
+	fl.Bool("dry-run", false, "send nothing: list the entries that would be replayed, with estimated tokens and cost")
 	cmd.Args = cobra.NoArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return run(cmd, os.Getenv(APIKeyEnv), sleep)
 	}
+	cli.SetUp(cmd, `docs/calibration.md, "replay: a new version calibrated before it serves"`)
 }
 
 // run runs the command with the API key apiKey, waiting before a retry
@@ -83,15 +101,17 @@ func run(cmd *cobra.Command, apiKey string, wait func(context.Context, time.Dura
 	opts.Model, _ = fl.GetString("model")
 	opts.Concurrency, _ = fl.GetInt("concurrency")
 	opts.Price, _ = fl.GetFloat64("price")
+	opts.Limit, _ = fl.GetInt("limit")
+	opts.DryRun, _ = fl.GetBool("dry-run")
 	outPath, _ := fl.GetString("out")
 	if opts.Concurrency < 1 {
-		return fmt.Errorf("--concurrency %d is less than 1", opts.Concurrency)
+		return cli.Usagef("--concurrency %d is less than 1", opts.Concurrency)
 	}
 	if opts.Price <= 0 {
-		return fmt.Errorf("--price %v is not above 0", opts.Price)
+		return cli.Usagef("--price %v is not above 0", opts.Price)
 	}
 	if err := opts.setDefaults(); err != nil {
-		return err
+		return cli.Usage(err)
 	}
 
 	out := cmd.OutOrStdout()
@@ -104,6 +124,10 @@ func run(cmd *cobra.Command, apiKey string, wait func(context.Context, time.Dura
 		defer file.Close()
 		out = file
 	}
+	errw := cmd.ErrOrStderr()
+	progress := newProgress(errw)
+	opts.Progress = progress.show
+	opts.Log = progress.lineWriter()
 	bw := bufio.NewWriter(out)
 	ctx := cmd.Context()
 	if ctx == nil {
@@ -116,17 +140,21 @@ func run(cmd *cobra.Command, apiKey string, wait func(context.Context, time.Dura
 	if err == nil && file != nil {
 		err = file.Close()
 	}
+	progress.clear()
 	if err != nil && sum == (Summary{}) {
 		return err // nothing was replayed: /labels unreadable, or a bad flag
 	}
-	errw := cmd.ErrOrStderr()
 	if err != nil {
-		fmt.Fprintln(errw, "Error:", err)
+		cli.Fail(cmd, err) // printed before the summary, which stays the last line
 	}
-	fmt.Fprintln(errw, sum) // the last line on standard error
+	if opts.DryRun {
+		fmt.Fprintf(errw, "dry run: nothing sent; would replay %d skipped %d failed %d tokens %d (estimated) cost %s (estimated)\n",
+			sum.Replayed, sum.Skipped, sum.Failed, sum.Tokens, formatYuan(sum.Cost))
+	} else {
+		fmt.Fprintln(errw, sum) // the last line on standard error
+	}
 	if err != nil || sum.Failed > 0 {
-		cmd.SilenceErrors = true // said above: the summary stays the last line
-		return errors.New("replay failed")
+		return cli.Exit(cmd, cli.StatusFailure) // said above: the summary stays the last line
 	}
 	return nil
 }

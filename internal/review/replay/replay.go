@@ -11,7 +11,9 @@
 // line with the new answer: `model` the response's, `confidence` and
 // `answer` read as the gateway reads them, `agree` recomputed against the
 // same `label`, `route` "replay" and `request_id` the new response's
-// x-request-id; every other field as it was. `calibrate` reads the output.
+// x-request-id; every other field as it was. An entry that fails is kept
+// in the sample: its lines are disagreements at confidence 1, route
+// "replay_failed" (output.go). `calibrate` reads the output.
 //
 // The package also registers the `replay` subcommand.
 package replay
@@ -90,6 +92,18 @@ type Options struct {
 	// Log receives one line per entry that failed (never content, never
 	// the key). Default: discarded.
 	Log io.Writer
+	// Limit is the most labelled entries taken from `/labels`, the first
+	// ones in its order (entries without a stored request among them count
+	// as skipped); 0 takes them all.
+	Limit int
+	// DryRun sends nothing to the upstream: each entry that would be
+	// replayed is written as one line, `entry <id> questions <n> tokens
+	// <estimate>`, its tokens estimated from the stored request as the
+	// gateway estimates them, and the summary counts those estimates.
+	DryRun bool
+	// Progress, when set, is called with the counts so far after each
+	// entry is written, from one goroutine.
+	Progress func(Summary)
 }
 
 // Summary counts a replay's entries.
@@ -100,7 +114,7 @@ type Summary struct {
 	// include_content, or trimmed from the stream).
 	Skipped int
 	// Failed entries got no 200 within MaxAttempts, or could not be read
-	// or sent.
+	// or sent; their lines are written as disagreements (output.go).
 	Failed int
 	// Tokens sums the responses' usage.input_tokens.
 	Tokens int64
@@ -112,7 +126,12 @@ type Summary struct {
 // tokens <n> cost <yuan>`, the cost with at most 6 decimals.
 func (s Summary) String() string {
 	return fmt.Sprintf("replayed %d skipped %d failed %d tokens %d cost %s",
-		s.Replayed, s.Skipped, s.Failed, s.Tokens, strconv.FormatFloat(math.Round(s.Cost*1e6)/1e6, 'f', -1, 64))
+		s.Replayed, s.Skipped, s.Failed, s.Tokens, formatYuan(s.Cost))
+}
+
+// formatYuan writes an amount with at most 6 decimals.
+func formatYuan(yuan float64) string {
+	return strconv.FormatFloat(math.Round(yuan*1e6)/1e6, 'f', -1, 64)
 }
 
 func (o *Options) setDefaults() error {
@@ -124,6 +143,9 @@ func (o *Options) setDefaults() error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("missing %s (the API key comes from the environment only)", strings.Join(missing, ", "))
+	}
+	if o.Limit < 0 {
+		return fmt.Errorf("--limit %d is negative", o.Limit)
 	}
 	if o.Concurrency < 0 {
 		return fmt.Errorf("--concurrency %d is negative", o.Concurrency)
@@ -236,6 +258,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	go func() {
 		defer close(inOrder)
 		defer close(work)
+		taken := 0
 		readErr = readLabels(labels, "GET "+review.Redacted("labels"), func(e labelled) bool {
 			j := &job{entry: e, done: make(chan result, 1)}
 			select {
@@ -245,7 +268,8 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 			}
 			select {
 			case work <- j:
-				return true
+				taken++
+				return opts.Limit == 0 || taken < opts.Limit
 			case <-ctx.Done():
 				j.done <- result{err: ctx.Err()}
 				return false
@@ -254,7 +278,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	}()
 
 	var sum Summary
-	var writeErr error
+	w := &output{out: out, log: opts.Log, requested: opts.Model}
 	for j := range inOrder {
 		res := <-j.done
 		switch {
@@ -263,23 +287,27 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 		case res.err != nil:
 			sum.Failed++
 			fmt.Fprintf(opts.Log, "entry %s: %v\n", j.entry.entry, res.err)
+			if !opts.DryRun {
+				w.failed(j.entry)
+			}
 		default:
 			sum.Replayed++
 			sum.Tokens += res.tokens
-			for _, l := range res.lines {
-				if writeErr == nil {
-					_, writeErr = out.Write(append(l, '\n'))
-				}
-			}
-			if writeErr != nil {
-				cancel() // nowhere to write: stop asking
-			}
+			w.answered(res.model)
+			w.write(res.lines)
+		}
+		if w.err != nil {
+			cancel() // nowhere to write: stop asking
+		}
+		if opts.Progress != nil {
+			opts.Progress(sum)
 		}
 	}
 	wg.Wait()
+	w.flush(w.requested)
 	sum.Cost = float64(sum.Tokens) * opts.Price / 1e6
-	if writeErr != nil {
-		return sum, fmt.Errorf("writing the output: %w", writeErr)
+	if w.err != nil {
+		return sum, fmt.Errorf("writing the output: %w", w.err)
 	}
 	return sum, readErr
 }
@@ -289,7 +317,9 @@ type result struct {
 	skipped bool
 	err     error
 	tokens  int64
-	lines   [][]byte
+	// model is the concrete version that answered; empty in a dry run.
+	model string
+	lines [][]byte
 }
 
 type replayer struct {
@@ -316,6 +346,9 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 	if err != nil {
 		return result{err: err}
 	}
+	if r.opts.DryRun {
+		return estimate(e, body)
+	}
 	text, requestID, err := r.send(ctx, body)
 	if err != nil {
 		return result{err: err}
@@ -332,7 +365,7 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 		questions[i] = evaluation.Question{ID: l.question, Type: l.typ}
 	}
 	d := reader.Decide(questions, resp, route.Signal{})
-	res := result{tokens: resp.InputTokens, lines: make([][]byte, len(e.lines))}
+	res := result{tokens: resp.InputTokens, model: resp.Model, lines: make([][]byte, len(e.lines))}
 	model, _ := json.Marshal(resp.Model)
 	rid, _ := json.Marshal(requestID)
 	for i, l := range e.lines {

@@ -181,7 +181,7 @@ func TestRun(t *testing.T) {
 	var sleeps []time.Duration
 	var mu sync.Mutex
 	opts := Options{
-		Review: strings.Replace(f.review.URL, "http://", "http://ann:s3cret@", 1) + "/review/", Upstream: f.upstream.URL + "/",
+		Review: strings.Replace(f.review.URL, "http://", "http://ann:secret@", 1) + "/review/", Upstream: f.upstream.URL + "/",
 		Model: "service-2.0.0", APIKey: "sk-test", Concurrency: 3,
 		Sleep: func(_ context.Context, d time.Duration) error {
 			mu.Lock()
@@ -227,14 +227,15 @@ func TestRun(t *testing.T) {
 
 	}
 	for _, a := range f.reviewAuth {
-		if a != "Basic YW5uOnMzY3JldA==" {
-			t.Errorf("review API auth %q, want ann:s3cret as basic auth", a)
+		if a != "Basic YW5uOnNlY3JldA==" {
+			t.Errorf("review API auth %q, want ann:secret as basic auth", a)
 		}
 	}
 
-	// Three lines: 1-0's two questions, then 4-0's one, in /labels order.
+	// Five lines, in /labels order: 1-0's two questions, 4-0's one, then
+	// the failed 5-0's and 6-0's, kept in the sample as disagreements.
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 {
+	if len(lines) != 5 {
 		t.Fatalf("output:\n%s", out.String())
 	}
 	var got []map[string]any
@@ -245,10 +246,22 @@ func TestRun(t *testing.T) {
 		}
 		got = append(got, m)
 	}
-	if got[0]["entry"] != "1-0" || got[0]["question"] != "late" || got[1]["question"] != "kind" || got[2]["entry"] != "4-0" {
+	if got[0]["entry"] != "1-0" || got[0]["question"] != "late" || got[1]["question"] != "kind" || got[2]["entry"] != "4-0" ||
+		got[3]["entry"] != "5-0" || got[4]["entry"] != "6-0" {
 		t.Errorf("order: %v", got)
 	}
-	for _, m := range got {
+	// A failed entry's lines: a disagreement at confidence 1 (against
+	// every threshold), no answer, route replay_failed, under the version
+	// that answered the others; the rest as the original line.
+	for i, want := range []string{
+		`{"entry":"5-0","request_id":"r5","org":"acme","model":"service-2.0.0","type":"noul","question":"late","confidence":1,"answer":null,"label":false,"agree":false,"audit":true,"route":"replay_failed","reviewer":"bob","ts":"2026-01-01T00:00:00Z"}`,
+		`{"entry":"6-0","request_id":"r6","org":"acme","model":"service-2.0.0","type":"noul","question":"late","confidence":1,"answer":null,"label":false,"agree":false,"audit":true,"route":"replay_failed","reviewer":"bob","ts":"2026-01-01T00:00:00Z"}`,
+	} {
+		if lines[3+i] != want {
+			t.Errorf("failed entry's line\n%s\nwant\n%s", lines[3+i], want)
+		}
+	}
+	for _, m := range got[:3] {
 		if m["model"] != "service-2.0.0" || m["route"] != "replay" || !strings.HasPrefix(m["request_id"].(string), "req_") ||
 			m["reviewer"] == nil || m["ts"] != "2026-01-01T00:00:00Z" || m["org"] != "acme" || m["audit"] != true {
 			t.Errorf("line %v", m)
@@ -328,7 +341,7 @@ func TestCommand(t *testing.T) {
 		t.Errorf("stderr:\n%s", stderr)
 	}
 	data, _ := os.ReadFile(out)
-	if strings.Count(string(data), "\n") != 3 || !strings.Contains(string(data), `"route":"replay"`) {
+	if strings.Count(string(data), "\n") != 5 || !strings.Contains(string(data), `"route":"replay"`) || strings.Count(string(data), `"route":"replay_failed"`) != 2 {
 		t.Errorf("--out file:\n%s", data)
 	}
 }

@@ -1,0 +1,130 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/review/record"
+)
+
+// maxPending bounds the failed entries held back while no entry has
+// answered yet (their lines wait for the version's concrete name): past
+// it they are written under --model as given, so that memory stays flat
+// when the upstream answers nothing at all.
+const maxPending = 100
+
+// failedFields are the members a failed entry's lines get, in the order a
+// line lacking them gets them. request_id stays the original's: there is
+// no new answer, and it keeps the failed entries' lines apart.
+var failedFields = []string{"model", "confidence", "answer", "agree", "route"}
+
+// failedValues: a disagreement at confidence 1 with no answer. A
+// disagreement counts against a threshold when its confidence is at or
+// above it, so at confidence 1 a failure counts against every threshold:
+// however the upstream fails, and whatever its failures have to do with
+// the content, they can only lower agreement, never raise a threshold's
+// chance of being wrong.
+var failedValues = map[string]json.RawMessage{
+	"confidence": json.RawMessage("1"),
+	"answer":     json.RawMessage("null"),
+	"agree":      json.RawMessage("false"),
+	"route":      json.RawMessage(strconv.Quote(record.RouteReplayFailed)),
+}
+
+// output writes a replay's lines in `/labels` order, the lines of the
+// entries that failed among them. A failed entry is written under the
+// concrete version the other entries were answered by (--model may be an
+// alias such as service-preview, and a failure filed under the alias
+// would fall out of the version's group): failed entries wait in pending
+// until the first answer names the version, or until maxPending of them
+// wait.
+type output struct {
+	out io.Writer
+	log io.Writer
+	// requested is --model; model the concrete version, once known.
+	requested, model string
+	pending          []labelled
+	// err is the first write error; nothing is written after it.
+	err error
+}
+
+// answered notes the concrete version of an answer: the first one names
+// the version the failed entries are written under.
+func (o *output) answered(model string) {
+	if o.model == "" && model != "" {
+		o.flush(model)
+	}
+}
+
+// failed writes, or holds back, the lines of an entry that failed.
+func (o *output) failed(e labelled) {
+	if e.tooLarge {
+		fmt.Fprintf(o.log, "entry %s: its lines were too large to keep, so none is written for it\n", e.entry)
+		return
+	}
+	if o.model == "" {
+		o.pending = append(o.pending, e)
+		if len(o.pending) < maxPending {
+			return
+		}
+		fmt.Fprintf(o.log, "note: the first %d entries failed: their lines are written under --model %s as given (if it is an alias, give the concrete version)\n", maxPending, o.requested)
+		o.flush(o.requested)
+		return
+	}
+	o.write(failedLines(e, o.model))
+}
+
+// flush sets the version failed entries are written under, if not yet
+// set, and writes the ones held back.
+func (o *output) flush(model string) {
+	if o.model == "" {
+		o.model = model
+	}
+	for _, e := range o.pending {
+		o.write(failedLines(e, o.model))
+	}
+	o.pending = nil
+}
+
+func (o *output) write(lines [][]byte) {
+	for _, l := range lines {
+		if o.err == nil {
+			_, o.err = o.out.Write(append(l, '\n'))
+		}
+	}
+}
+
+// failedLines are a failed entry's lines as `calibrate` is to read them:
+// each labelled question a disagreement of model at confidence 1, route
+// RouteReplayFailed, every other field as it was.
+func failedLines(e labelled, model string) [][]byte {
+	set := make(map[string]json.RawMessage, len(failedValues)+1)
+	for k, v := range failedValues {
+		set[k] = v
+	}
+	set["model"], _ = json.Marshal(model)
+	lines := make([][]byte, 0, len(e.lines))
+	for _, l := range e.lines {
+		out, err := rewriteLine(l.raw, failedFields, set)
+		if err != nil {
+			continue // ParseLabel read it as an object: unreachable
+		}
+		lines = append(lines, out)
+	}
+	return lines
+}
+
+// estimate is a dry run's result for an entry whose request is body: one
+// line naming the entry, its labelled questions and the input tokens the
+// gateway would estimate for the request.
+func estimate(e labelled, body []byte) result {
+	req, err := evaluation.ParseRequest(body)
+	if err != nil {
+		return result{err: fmt.Errorf("the stored request is not one the service takes (%v): it would fail", err)}
+	}
+	line := fmt.Sprintf("entry %s questions %d tokens %d", e.entry, len(e.lines), req.EstimatedTokens)
+	return result{tokens: req.EstimatedTokens, lines: [][]byte{[]byte(line)}}
+}
