@@ -81,7 +81,8 @@ func write(t *testing.T, dir, name, text string) string {
 	return path
 }
 
-// runVerify runs the verify command as the binary registers it.
+// runVerify runs the verify command as the binary registers it, and
+// returns what it wrote to standard output.
 func runVerify(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	for _, c := range calibrate.Commands() {
@@ -90,10 +91,10 @@ func runVerify(t *testing.T, args ...string) (string, error) {
 		}
 		cmd := &cobra.Command{Use: "verify", SilenceUsage: true, SilenceErrors: true}
 		c.CobraFunc(cmd)
-		var out bytes.Buffer
+		var out, errOut bytes.Buffer
 		cmd.SetArgs(args)
 		cmd.SetOut(&out)
-		cmd.SetErr(&out)
+		cmd.SetErr(&errOut) // the error's one line; err carries it too
 		err := cmd.Execute()
 		return out.String(), err
 	}
