@@ -26,7 +26,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/internal/testclock"
 	"github.com/systemone/systemone-gateway/internal/ttlstore"
-	"github.com/systemone/systemone-gateway/internal/ttlstore/memstore"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/inprocess"
 )
 
 const testKey = "gw-secret-key-123"
@@ -573,7 +573,7 @@ func TestCacheKey(t *testing.T) {
 // larger than the bound is not kept.
 func TestMemoryCacheBounds(t *testing.T) {
 	ctx := context.Background()
-	m := newVerdictCache(nil, "", time.Minute, nil, time.Now).store.(*memstore.Store)
+	m := newVerdictCache(nil, "", time.Minute, nil, time.Now).store.(*inprocess.Store)
 	for i := range defaultCacheEntries + 10 {
 		m.Set(ctx, ttlstore.Entry{Key: fmt.Sprint(i), Value: encodeVerdict(assessment{Risk: RiskNone}, time.Now())})
 	}

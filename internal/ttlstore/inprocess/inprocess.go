@@ -1,9 +1,9 @@
-// Package memstore is the caches' in-process store: a least-recently-used
+// Package inprocess is the caches' in-process store: a least-recently-used
 // map of at most a number of entries and of bytes, each kept for a fixed
 // time. Stores are shared through a usage pool by name, so that the configs
 // of a reload that keeps a cache's settings keep its entries, as the
 // in-process buckets are kept.
-package memstore
+package inprocess
 
 import (
 	"container/list"

@@ -1,4 +1,4 @@
-// Package redisstore is the caches' store in Redis, shared by every
+// Package inredis is the caches' store in Redis, shared by every
 // gateway instance: a lookup is one GET (several keys: one pipeline, one
 // round trip), a store one SET with the time to live, each bounded by a
 // timeout.
@@ -23,7 +23,7 @@
 //     is one outage, not a warning per flap. Each rest within one outage
 //     waits twice as long as the last before its first probe, up to
 //     maxProbeWait.
-package redisstore
+package inredis
 
 import (
 	"context"
