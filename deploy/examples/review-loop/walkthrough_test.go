@@ -18,7 +18,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/pinblock"
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/internal/review/calibrate"
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // TestWalkthrough runs docs/walkthrough.md as printed, against the example

@@ -11,7 +11,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // Commands returns the `calibrate` and `verify` subcommands, for the

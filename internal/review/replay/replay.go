@@ -33,7 +33,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/internal/reviewapi"
+	"github.com/systemone/systemone-gateway/internal/review/client"
 	"github.com/systemone/systemone-gateway/policy/route"
 )
 
@@ -204,7 +204,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	if err := opts.setDefaults(); err != nil {
 		return Summary{}, err
 	}
-	review, err := reviewapi.New(opts.Review, opts.Client)
+	review, err := client.New(opts.Review, opts.Client)
 	if err != nil {
 		return Summary{}, errors.New("--review is not an http(s) URL")
 	}
@@ -214,12 +214,12 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx) // a failed write stops the reading too
 	defer cancel()
-	labels, err := review.Open(ctx, reviewapi.NDJSON, "labels")
+	labels, err := review.Open(ctx, client.NDJSON, "labels")
 	if err != nil {
 		return Summary{}, err
 	}
 	defer labels.Close()
-	r := &replayer{opts: opts, review: review, client: reviewapi.NoRedirect(opts.Client), endpoint: upstream.String()}
+	r := &replayer{opts: opts, review: review, client: client.NoRedirect(opts.Client), endpoint: upstream.String()}
 	// inOrder holds the entries read and not yet written, in /labels
 	// order; its bound is what keeps memory flat.
 	inOrder := make(chan *job, opts.Concurrency)
@@ -294,7 +294,7 @@ type result struct {
 
 type replayer struct {
 	opts   Options
-	review *reviewapi.Client
+	review *client.Client
 	// client is opts.Client, following no redirect.
 	client   *http.Client
 	endpoint string
@@ -411,9 +411,9 @@ func (r *replayer) send(ctx context.Context, body []byte) ([]byte, string, error
 			case resp.StatusCode >= 300 && resp.StatusCode < 400:
 				return nil, "", fmt.Errorf("answered %s: replay follows no redirect, so that the API key goes only to --upstream; give the URL that answers", resp.Status)
 			case !retryable(resp.StatusCode):
-				return nil, "", fmt.Errorf("answered %s: %s", resp.Status, reviewapi.Printable(text))
+				return nil, "", fmt.Errorf("answered %s: %s", resp.Status, client.Printable(text))
 			default:
-				last = fmt.Errorf("answered %s: %s", resp.Status, reviewapi.Printable(text))
+				last = fmt.Errorf("answered %s: %s", resp.Status, client.Printable(text))
 				wait = retryAfter(resp.Header, time.Now())
 			}
 		}

@@ -1,4 +1,4 @@
-package reviewapi
+package client
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-// Package reviewapi is the review loop's one client for the review API
+// Package client is the review loop's one client for the review API
 // (a `systemone_review` mount): `calibrate` reads `/labels` through it,
 // `replay` reads `/labels` and `/items/<id>`.
 //
@@ -9,7 +9,7 @@
 // (Go's client keeps the Authorization header on a redirect to another
 // port of the same host). Answers are streamed to the caller, never read
 // whole, and messages show the URL with its password masked.
-package reviewapi
+package client
 
 import (
 	"context"
