@@ -15,7 +15,6 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/policy/guarantee"
-	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // Paging of GET /items.
@@ -242,7 +241,7 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 			return
 		}
 		writes[i] = labelWrite{question: rec.Question, record: string(b), agree: rec.Agree}
-		if rec.Audit && rec.Route == route.RouteAuto {
+		if rec.Audit && rec.Route == record.RouteAuto {
 			g := guarantee.Group{Model: rec.Model, Type: rec.Type}
 			if h.monitor != nil && h.monitor.byOrg {
 				g.Org, g.ByOrg = rec.Org, true

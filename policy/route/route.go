@@ -15,13 +15,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // Routes of a question and of a response.
 const (
-	RouteAuto  = "auto"
-	RouteHuman = "human"
+	RouteAuto  = record.RouteAuto
+	RouteHuman = record.RouteHuman
 )
 
 // unpinnedRoutes lists the values of Config.Unpinned, the default first.

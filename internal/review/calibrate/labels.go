@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/internal/review/client"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // MaxLineBytes bounds one `/labels` line. A real line is a few hundred bytes;

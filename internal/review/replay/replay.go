@@ -32,9 +32,8 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/evaluation"
-	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/internal/review/client"
-	"github.com/systemone/systemone-gateway/policy/route"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // Defaults of the `replay` command.
@@ -57,7 +56,7 @@ const (
 )
 
 // HeaderReplay marks the replayed requests.
-const HeaderReplay = route.HeaderReplay
+const HeaderReplay = record.HeaderReplay
 
 // Options are a replay's parameters.
 type Options struct {
@@ -325,24 +324,23 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 		return result{err: errors.New("the 200 answer is not an evaluation response")}
 	}
 
-	// The gateway's own reading of the answers (confidence |2p-1| for
-	// noul, the answer only when its confidence is readable).
-	questions := make([]evaluation.Question, len(e.lines))
-	for i, l := range e.lines {
-		questions[i] = evaluation.Question{ID: l.question, Type: l.typ}
-	}
-	d := reader.Decide(questions, resp, route.Signal{})
 	res := result{tokens: resp.InputTokens, lines: make([][]byte, len(e.lines))}
 	model, _ := json.Marshal(resp.Model)
 	rid, _ := json.Marshal(requestID)
 	for i, l := range e.lines {
-		q := d.Questions[i]
+		// The gateway's own reading of the answer (confidence |2p-1| for
+		// noul, the answer only when its confidence is readable).
+		var q evaluation.Reading
+		readable := false
+		if a, found := resp.Find(l.question); found {
+			q, readable = a.Read(l.typ)
+		}
 		confidence, answer := json.RawMessage("null"), json.RawMessage("null")
-		if q.HasConfidence {
+		if readable {
 			confidence, _ = json.Marshal(q.Confidence)
 		}
 		if q.HasAnswer {
-			if q.Type == evaluation.TypeChoice {
+			if l.typ == evaluation.TypeChoice {
 				answer, _ = json.Marshal(q.Choice)
 			} else {
 				answer, _ = json.Marshal(q.Answer)
@@ -367,16 +365,6 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 // rewritten are the fields replay sets on a `/labels` line, in the order a
 // line lacking them gets them.
 var rewritten = []string{"request_id", "model", "confidence", "answer", "agree", "route"}
-
-// reader reads answers as the gateway does: a Router with no pins, whose
-// Decide only reads.
-var reader = func() *route.Router {
-	r, err := route.New(route.Config{}, nil, "", nil)
-	if err != nil {
-		panic(err) // an empty config is valid
-	}
-	return r
-}()
 
 // send posts body, retrying 429, 529, other 5xx and transport errors up to
 // MaxAttempts in all, and returns the 200's decompressed body and its

@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/systemone/systemone-gateway/internal/review/record"
 	"github.com/systemone/systemone-gateway/internal/review/client"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // maxEntryBytes bounds the `/labels` lines of one entry held at once. An
