@@ -13,8 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // Paging of GET /items.
@@ -242,7 +242,7 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		}
 		writes[i] = labelWrite{question: rec.Question, record: string(b), agree: rec.Agree}
 		if rec.Audit && rec.Route == record.RouteAuto {
-			g := guarantee.Group{Model: rec.Model, Type: rec.Type}
+			g := monitor.Group{Model: rec.Model, Type: rec.Type}
 			if h.monitor != nil && h.monitor.byOrg {
 				g.Org, g.ByOrg = rec.Org, true
 			}
@@ -263,7 +263,7 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 	w.Header().Set("Cache-Control", "no-store") // like every API answer
 	if h.monitor != nil && h.monitor.settle == 0 {
 		// settle 0s: the observation is taken at once, before the answer.
-		updates, err := h.store.take(r.Context(), h.monitor.now(), h.monitor.params)
+		updates, err := h.store.monitor.Take(r.Context(), h.monitor.now(), h.monitor.params)
 		h.observed(updates)
 		if err != nil {
 			h.storeFailed(w, "put", err) // the labels are stored; the next take observes them

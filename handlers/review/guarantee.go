@@ -2,8 +2,6 @@ package review
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/url"
@@ -15,10 +13,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/systemone/systemone-gateway/policy/guarantee"
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 )
 
 // DefaultSettle is how long after an entry's first label the monitor
@@ -54,10 +51,10 @@ type Monitor struct {
 }
 
 // params returns m's process settings, alpha defaulted.
-func (m *Monitor) params() guarantee.Params {
-	p := guarantee.Params{Target: m.Target, Alpha: m.Alpha}
+func (m *Monitor) params() monitor.Params {
+	p := monitor.Params{Target: m.Target, Alpha: m.Alpha}
 	if p.Alpha == 0 {
-		p.Alpha = guarantee.DefaultAlpha
+		p.Alpha = monitor.DefaultAlpha
 	}
 	return p
 }
@@ -95,7 +92,7 @@ const maxMetricModel = 128
 // by the groups the review stream holds.
 type guaranteeMetrics struct {
 	mu     sync.Mutex
-	groups map[guarantee.Group][2]float64 // alarm 0|1, evidence
+	groups map[monitor.Group][2]float64 // alarm 0|1, evidence
 }
 
 // Help of the guarantee gauges.
@@ -109,7 +106,7 @@ const (
 var processMetrics = newGuaranteeMetrics()
 
 func newGuaranteeMetrics() *guaranteeMetrics {
-	return &guaranteeMetrics{groups: map[guarantee.Group][2]float64{}}
+	return &guaranteeMetrics{groups: map[monitor.Group][2]float64{}}
 }
 
 // Describe sends nothing: the collector is unchecked, since its label
@@ -144,7 +141,7 @@ func bounded(v string) string {
 	return v
 }
 
-func (c *guaranteeMetrics) set(g guarantee.Group, s guarantee.State) {
+func (c *guaranteeMetrics) set(g monitor.Group, s monitor.State) {
 	alarm := 0.0
 	if s.Alarm {
 		alarm = 1
@@ -167,7 +164,7 @@ func registerMetrics(reg prometheus.Registerer, c *guaranteeMetrics) error {
 
 // guaranteeMonitor is a Handler's running monitor.
 type guaranteeMonitor struct {
-	params guarantee.Params
+	params monitor.Params
 	byOrg  bool
 	settle time.Duration
 	// now is the monitor's clock: when a label was given, when an entry
@@ -224,7 +221,7 @@ func (h *Handler) startMonitor(reg prometheus.Registerer) error {
 
 // refreshMetrics shows every stored group in the gauges.
 func (h *Handler) refreshMetrics(ctx context.Context) {
-	if states, err := h.store.groups(ctx, h.monitor.params); err == nil {
+	if states, err := h.store.monitor.Groups(ctx, h.monitor.params); err == nil {
 		for g, s := range states {
 			h.monitor.metrics.set(g, s)
 		}
@@ -235,7 +232,7 @@ func (h *Handler) refreshMetrics(ctx context.Context) {
 // A failure is logged by the next request that meets it (a take is
 // retried every take period; nothing is lost while Redis is away).
 func (h *Handler) takeSettled(ctx context.Context) {
-	updates, err := h.store.take(ctx, h.monitor.now(), h.monitor.params)
+	updates, err := h.store.monitor.Take(ctx, h.monitor.now(), h.monitor.params)
 	h.observed(updates)
 	if err != nil && ctx.Err() == nil {
 		if ce := h.logger.Check(zap.DebugLevel, "guarantee take failed"); ce != nil {
@@ -252,22 +249,22 @@ func (m *guaranteeMonitor) close() {
 
 // observed shows the groups an observation updated, and logs each alarm it
 // raised: one warn entry per alarm, by the instance whose take raised it.
-func (h *Handler) observed(updates []groupUpdate) {
+func (h *Handler) observed(updates []monitor.Observed) {
 	m := h.monitor
 	for _, u := range updates {
-		h.monitor.metrics.set(u.group, u.state)
-		if !u.raised {
+		h.monitor.metrics.set(u.Group, u.State)
+		if !u.Raised {
 			continue
 		}
 		if ce := h.logger.Check(zap.WarnLevel, "guarantee alarm"); ce != nil {
-			fields := []zap.Field{zap.String("model", u.group.Model), zap.String("type", u.group.Type)}
-			if u.group.ByOrg {
-				fields = append(fields, zap.String("org", u.group.Org))
+			fields := []zap.Field{zap.String("model", u.Group.Model), zap.String("type", u.Group.Type)}
+			if u.Group.ByOrg {
+				fields = append(fields, zap.String("org", u.Group.Org))
 			}
-			ce.Write(append(fields, zap.Int64("entries", u.state.Entries),
-				zap.Int64("labels", u.state.Labels), zap.Int64("agree", u.state.Agree),
-				zap.Float64("evidence", u.state.Evidence), zap.Float64("target", m.params.Target),
-				zap.Float64("alpha", m.params.Level(u.state.Sequence)), zap.String("stream", h.store.stream))...)
+			ce.Write(append(fields, zap.Int64("entries", u.State.Entries),
+				zap.Int64("labels", u.State.Labels), zap.Int64("agree", u.State.Agree),
+				zap.Float64("evidence", u.State.Evidence), zap.Float64("target", m.params.Target),
+				zap.Float64("alpha", m.params.Level(u.State.Sequence)), zap.String("stream", h.store.stream))...)
 		}
 	}
 }
@@ -307,7 +304,7 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodDelete) {
 		return
 	}
-	state, found, err := h.store.resetGroup(r.Context(), g, h.monitor.params)
+	state, found, err := h.store.monitor.Reset(r.Context(), g, h.monitor.params)
 	if err != nil {
 		h.storeFailed(w, "guarantee", err)
 		return
@@ -330,30 +327,30 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 // Under `by org` the group is the org's of the `org` query parameter
 // (absent or empty: the group of requests without an org); without it, an
 // `org` parameter names no group.
-func groupPath(u *url.URL, byOrg bool) (guarantee.Group, bool) {
+func groupPath(u *url.URL, byOrg bool) (monitor.Group, bool) {
 	rest, ok := strings.CutPrefix(u.EscapedPath(), "/guarantee/")
 	if !ok {
-		return guarantee.Group{}, false
+		return monitor.Group{}, false
 	}
 	i := strings.LastIndexByte(rest, '/')
 	if i <= 0 || i == len(rest)-1 {
-		return guarantee.Group{}, false
+		return monitor.Group{}, false
 	}
 	model, err1 := url.PathUnescape(rest[:i])
 	typ, err2 := url.PathUnescape(rest[i+1:])
 	if err1 != nil || err2 != nil || !utf8.ValidString(model) || strings.ContainsAny(typ, ":@") {
-		return guarantee.Group{}, false
+		return monitor.Group{}, false
 	}
 	org := u.Query().Get("org")
 	if !byOrg && org != "" {
-		return guarantee.Group{}, false
+		return monitor.Group{}, false
 	}
-	return guarantee.Group{Model: model, Type: typ, Org: org, ByOrg: byOrg}, true
+	return monitor.Group{Model: model, Type: typ, Org: org, ByOrg: byOrg}, true
 }
 
 func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 	p := h.monitor.params
-	states, err := h.store.groups(r.Context(), p)
+	states, err := h.store.monitor.Groups(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "guarantee", err)
 		return
@@ -374,67 +371,4 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 		return strings.Compare(a.Org, b.Org)
 	})
 	writeJSON(w, http.StatusOK, map[string]any{"target": p.Target, "alpha": p.Alpha, "groups": groups})
-}
-
-// groups reads every group's stored state as the monitor p reads it, and
-// the groups in the alarm set without a state (an alarm a gateway
-// restored after Redis lost its data) as fresh and in alarm. A state that
-// does not read is left out (it was not written by this version).
-func (s *store) groups(ctx context.Context, p guarantee.Params) (map[guarantee.Group]guarantee.State, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var all *redis.MapStringStringCmd
-	var alarms *redis.StringSliceCmd
-	if _, err := s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		all = pipe.HGetAll(ctx, s.stateKey)
-		alarms = pipe.SMembers(ctx, s.alarmKey)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	out := make(map[guarantee.Group]guarantee.State, len(all.Val()))
-	for m, v := range all.Val() {
-		g, ok := guarantee.ParseMember(m)
-		st, err := guarantee.Decode(v)
-		if ok && err == nil {
-			out[g] = st.At(p)
-		}
-	}
-	for _, m := range alarms.Val() {
-		if g, ok := guarantee.ParseMember(m); ok {
-			if _, has := out[g]; !has {
-				st := guarantee.Fresh(p.Target)
-				st.Alarm = true
-				out[g] = st
-			}
-		}
-	}
-	return out, nil
-}
-
-// resetScript starts a group's next sequence and clears its alarm, when
-// the group has a state or an alarm (guarantee_reset): KEYS
-// guarantee.LuaKeys; ARGV member, target, token. It returns the new state,
-// or nil for a group never seen.
-var resetScript = redis.NewScript(guarantee.LuaUpdate + `
-return guarantee_reset(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3])
-`)
-
-// resetGroup starts g's next sequence (labels 0, evidence 1, no alarm, a
-// smaller alpha) and records a new reset token, so that the gateways tell
-// the reset from a lost alarm; found is false for a group never observed.
-func (s *store) resetGroup(ctx context.Context, g guarantee.Group, p guarantee.Params) (guarantee.State, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var token [12]byte
-	_, _ = rand.Read(token[:])
-	v, err := resetScript.Run(ctx, s.client, s.monitorKeys(), g.Member(), guarantee.LuaArgs(p)[0], hex.EncodeToString(token[:])).Text()
-	if errors.Is(err, redis.Nil) {
-		return guarantee.State{}, false, nil
-	}
-	if err != nil {
-		return guarantee.State{}, false, err
-	}
-	st, err := guarantee.Decode(v)
-	return st, err == nil, err
 }

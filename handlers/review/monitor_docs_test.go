@@ -16,7 +16,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 	"github.com/systemone/systemone-gateway/simulator"
 )
 
@@ -111,12 +111,12 @@ func TestMonitorDocs(t *testing.T) {
 		t.Errorf("DELETE of a group never seen: %d %s", resp.StatusCode, body)
 	}
 	ctx := context.Background()
-	member := guarantee.Group{Model: "service-1.0.0", Type: "noul"}.Member()
-	alarmed := guarantee.State{Target: 0.95, Sequence: 1, Entries: 61, Labels: 143, Agree: 121, Evidence: 41.7, Curvature: 2, Alarm: true}
-	if err := rdb.HSet(ctx, guarantee.StateKey("systemone:", "review:human"), member, alarmed.Encode()).Err(); err != nil {
+	member := monitor.Group{Model: "service-1.0.0", Type: "noul"}.Member()
+	alarmed := monitor.State{Target: 0.95, Sequence: 1, Entries: 61, Labels: 143, Agree: 121, Evidence: 41.7, Curvature: 2, Alarm: true}
+	if err := rdb.HSet(ctx, monitor.StateKey("systemone:", "review:human"), member, alarmed.Encode()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.SAdd(ctx, guarantee.AlarmKey("systemone:", "review:human"), member).Err(); err != nil {
+	if err := rdb.SAdd(ctx, monitor.AlarmKey("systemone:", "review:human"), member).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The reset is the operator's: a reviewer's login is refused, on any
@@ -126,7 +126,7 @@ func TestMonitorDocs(t *testing.T) {
 	if resp, body := send(asReviewer); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("DELETE with the reviewer's login: %d %s, want 401", resp.StatusCode, body)
 	}
-	if n, _ := rdb.SCard(ctx, guarantee.AlarmKey("systemone:", "review:human")).Result(); n != 1 {
+	if n, _ := rdb.SCard(ctx, monitor.AlarmKey("systemone:", "review:human")).Result(); n != 1 {
 		t.Errorf("a reviewer's DELETE touched the alarm")
 	}
 	// The operator reads too.
@@ -143,7 +143,7 @@ func TestMonitorDocs(t *testing.T) {
 		page.Groups[0].Alpha != 0.0125 {
 		t.Errorf("after the reset: %d %s", resp.StatusCode, body)
 	}
-	if n, _ := rdb.SCard(ctx, guarantee.AlarmKey("systemone:", "review:human")).Result(); n != 0 {
+	if n, _ := rdb.SCard(ctx, monitor.AlarmKey("systemone:", "review:human")).Result(); n != 0 {
 		t.Errorf("%d groups still in the alarm set", n)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 	"github.com/systemone/systemone-gateway/internal/testclock"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // The handler's monitor with settle 10m on a clock the test moves: an
@@ -43,13 +43,13 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 			t.Fatalf("PUT %s: %d %v %s", id, w.Code, err, w.Body)
 		}
 	}
-	state := func() guarantee.State {
+	state := func() monitor.State {
 		t.Helper()
-		states, err := s.groups(ctx, h.monitor.params)
+		states, err := s.monitor.Groups(ctx, h.monitor.params)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return states[guarantee.Group{Model: "m", Type: "noul"}]
+		return states[monitor.Group{Model: "m", Type: "noul"}]
 	}
 	older, newer, copyOfNewer := add("r1"), add("r2"), add("r2")
 	// The newer entry first, both questions disagreeing at first, one
@@ -75,9 +75,9 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 	// correction (1/2).
 	clock.Advance(9 * time.Minute)
 	h.takeSettled(ctx)
-	want := guarantee.Fresh(0.9)
-	want, _ = guarantee.Update(h.monitor.params, want, 2, 2)
-	want, _ = guarantee.Update(h.monitor.params, want, 1, 2)
+	want := monitor.Fresh(0.9)
+	want, _ = monitor.Update(h.monitor.params, want, 2, 2)
+	want, _ = monitor.Update(h.monitor.params, want, 1, 2)
 	if st := state(); st != want {
 		t.Fatalf("after both settled: %+v, want %+v", st, want)
 	}
@@ -134,7 +134,7 @@ func TestMonitorByOrg(t *testing.T) {
 	if !strings.Contains(body, `"org":"acme","alpha":0.025,"entries":2`) || !strings.Contains(body, `"org":"tiny:co","alpha":0.0125,"entries":0`) {
 		t.Fatalf("after the org's reset: %s", body)
 	}
-	members, _ := client.HKeys(ctx, guarantee.StateKey("systemone:", "review:human")).Result()
+	members, _ := client.HKeys(ctx, monitor.StateKey("systemone:", "review:human")).Result()
 	if len(members) != 2 {
 		t.Errorf("state members %q", members)
 	}

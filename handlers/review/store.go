@@ -2,16 +2,16 @@ package review
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // Label storage
@@ -40,7 +40,7 @@ import (
 // (atomic: an entry is never indexed without its labels or the reverse,
 // nor a label stored without the guarantee observation it makes), on a
 // cluster as on one server. The guarantee monitor's state and alarm set
-// (package guarantee) sit under the same tag. The stream key itself is the gateway's and
+// (internal/review/monitor) sit under the same tag. The stream key itself is the gateway's and
 // may sit in any slot: it is only read, never in a transaction.
 
 // store keeps labels in Redis and reads the review stream. Each round trip
@@ -50,17 +50,17 @@ type store struct {
 	stream  string
 	content string // the stream's content stream
 	base    string // "<prefix>review:{<stream>}:"
-	// stateKey and alarmKey are the guarantee monitor's (package
-	// guarantee), under the same hash tag as the labels.
-	stateKey, alarmKey string
-	timeout            time.Duration
+	// monitor is the guarantee monitor's state, under the same hash tag
+	// as the labels.
+	monitor *monitor.Store
+	timeout time.Duration
 }
 
 func newStore(client redis.UniversalClient, prefix, stream string) *store {
 	return &store{
 		client: client, stream: stream, content: record.ContentStream(stream),
-		base: guarantee.Base(prefix, stream), timeout: storeTimeout,
-		stateKey: guarantee.StateKey(prefix, stream), alarmKey: guarantee.AlarmKey(prefix, stream),
+		base: monitor.Base(prefix, stream), timeout: storeTimeout,
+		monitor: monitor.NewStore(client, prefix, stream, storeTimeout),
 	}
 }
 
@@ -148,20 +148,9 @@ type labelWrite struct {
 	question, record string
 	// group is the group whose process the label feeds, when its entry
 	// was drawn by audit and its question routed auto; nil otherwise.
-	group *guarantee.Group
+	group *monitor.Group
 	agree bool
 }
-
-// groupUpdate is a group's state after an observation, and whether the
-// observation raised its alarm.
-type groupUpdate struct {
-	group  guarantee.Group
-	state  guarantee.State
-	raised bool
-}
-
-// monitorKeys are the keys of the guarantee functions (guarantee.LuaKeys).
-func (s *store) monitorKeys() []string { return guarantee.LuaKeys(s.base) }
 
 // putScript stores the label records of one entry (HSET, replacing those
 // of the same questions), indexes the entry, and with the monitor on notes
@@ -169,21 +158,14 @@ func (s *store) monitorKeys() []string { return guarantee.LuaKeys(s.base) }
 // observation until due, with the labels current then. One script, so a
 // label is never stored without its note or the reverse.
 //
-//	KEYS: entry hash, labeled index, then guarantee.LuaKeys
+//	KEYS: entry hash, labeled index, then monitor.LuaKeys
 //	ARGV: index member, monitor on (1|0), due (Unix ms), request id, then
 //	      per label: question id, record, group member ("" for none), agree (1|0)
-var putScript = redis.NewScript(guarantee.LuaUpdate + `
-local K = {KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]}
-local on, due, rid = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
-for i = 5, #ARGV, 4 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  if on and ARGV[i + 2] ~= '' then
-    guarantee_note(K, ARGV[1], due, rid, ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3]))
-  end
-end
-redis.call('ZADD', KEYS[2], 0, ARGV[1])
-return 1
-`)
+//
+//go:embed put.lua
+var putLua string
+
+var putScript = redis.NewScript(monitor.Library + putLua)
 
 // put stores the label records of entry id in the order given, replacing
 // those of the same questions and keeping the others, indexes the entry,
@@ -211,58 +193,8 @@ func (s *store) put(ctx context.Context, id record.ID, requestID string, writes 
 		}
 		args = append(args, w.question, w.record, group, agree)
 	}
-	keys := append([]string{s.entryKey(id.String()), s.indexKey()}, s.monitorKeys()...)
+	keys := append([]string{s.entryKey(id.String()), s.indexKey()}, s.monitor.Keys()...)
 	return putScript.Run(ctx, s.client, keys, args...).Err()
-}
-
-// takeScript observes the pending entries due at now, in entry order
-// (guarantee_take): KEYS guarantee.LuaKeys; ARGV now (Unix ms), limit,
-// guarantee.LuaArgs. It returns the number of entries taken, then per
-// group observed: member, state, raised (1|0). Every instance may run it
-// at any time: it is atomic, so each entry is observed exactly once.
-var takeScript = redis.NewScript(guarantee.LuaUpdate + `
-return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
-`)
-
-// takeBatch is how many entries one take script observes at most, so
-// that a backlog never holds Redis for long.
-const takeBatch = 200
-
-// take observes every pending entry due at now, in batches, and returns
-// the groups observed.
-func (s *store) take(ctx context.Context, now time.Time, p guarantee.Params) ([]groupUpdate, error) {
-	var updates []groupUpdate
-	for {
-		step, cancel := context.WithTimeout(ctx, s.timeout)
-		args := append([]any{now.UnixMilli(), takeBatch}, anys(guarantee.LuaArgs(p))...)
-		out, err := takeScript.Run(step, s.client, s.monitorKeys(), args...).StringSlice()
-		cancel()
-		if err != nil {
-			return updates, err
-		}
-		if len(out) == 0 {
-			return updates, fmt.Errorf("take: empty answer")
-		}
-		for i := 1; i+2 < len(out); i += 3 {
-			g, ok := guarantee.ParseMember(out[i])
-			st, err := guarantee.Decode(out[i+1])
-			if !ok || err != nil {
-				return updates, fmt.Errorf("guarantee state of %q: %v", out[i], err)
-			}
-			updates = append(updates, groupUpdate{group: g, state: st, raised: out[i+2] == "1"})
-		}
-		if n, _ := strconv.Atoi(out[0]); n < takeBatch {
-			return updates, nil
-		}
-	}
-}
-
-func anys(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
 }
 
 // errStop ends an export early without an error.

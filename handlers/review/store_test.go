@@ -19,8 +19,8 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/redispool"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 func testStore(t *testing.T) (*store, redis.UniversalClient) {
@@ -149,8 +149,8 @@ func TestStoreCluster(t *testing.T) {
 	}
 	// With the monitor, the script also notes the pending observation,
 	// and the take writes the state hash and the alarm set: same slot.
-	params := guarantee.Params{Target: 0.99, Alpha: 0.99} // alarms at the second disagreeing entry
-	g := &guarantee.Group{Model: "m", Type: "noul"}
+	params := monitor.Params{Target: 0.99, Alpha: 0.99} // alarms at the second disagreeing entry
+	g := &monitor.Group{Model: "m", Type: "noul"}
 	at := time.Unix(1700000000, 0)
 	if err := s.put(ctx, mustID(t, "9-0"), "r9", []labelWrite{{question: "a", record: "9-0/a", group: g}, {question: "b", record: "9-0/b", group: g}}, true, at); err != nil {
 		t.Fatalf("put with the monitor on a cluster: %v", err)
@@ -158,20 +158,20 @@ func TestStoreCluster(t *testing.T) {
 	if err := s.put(ctx, mustID(t, "9-1"), "r9.1", []labelWrite{{question: "a", record: "9-1/a", group: g}}, true, at); err != nil {
 		t.Fatal(err)
 	}
-	updates, err := s.take(ctx, at, params)
-	if err != nil || len(updates) != 2 || updates[1].state.Labels != 3 || updates[1].state.Entries != 2 || !updates[1].raised {
+	updates, err := s.monitor.Take(ctx, at, params)
+	if err != nil || len(updates) != 2 || updates[1].State.Labels != 3 || updates[1].State.Entries != 2 || !updates[1].Raised {
 		t.Fatalf("take on a cluster: %+v, %v", updates, err)
 	}
-	if st, found, err := s.resetGroup(ctx, *g, params); err != nil || !found || st.Sequence != 2 {
+	if st, found, err := s.monitor.Reset(ctx, *g, params); err != nil || !found || st.Sequence != 2 {
 		t.Fatalf("reset on a cluster: %+v %v %v", st, found, err)
 	}
 	if err := s.put(ctx, mustID(t, "10-0"), "r10", []labelWrite{{question: "a", record: "10-0/a", group: g, agree: false}}, true, at); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.take(ctx, at, params); err != nil {
+	if _, err := s.monitor.Take(ctx, at, params); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := client.HLen(ctx, guarantee.ResetKey("systemone:", "review:human")).Result(); err != nil || n != 1 {
+	if n, err := client.HLen(ctx, monitor.ResetKey("systemone:", "review:human")).Result(); err != nil || n != 1 {
 		t.Errorf("reset tokens on a cluster: %d, %v", n, err)
 	}
 	if got, _ := exportAll(t, s, 2); !slices.Equal(got, []string{"1-0", "3-0", "5-0", "9-0/a", "9-0/b", "9-1/a", "10-0/a"}) {

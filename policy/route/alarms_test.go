@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 )
 
 // waitRoute decides on body until its reason is want, or fails after 5s:
@@ -40,7 +40,7 @@ func TestOnAlarmHuman(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := context.Background()
-	key := guarantee.AlarmKey("gw:", "review:s")
+	key := monitor.AlarmKey("gw:", "review:s")
 	if key != "gw:review:{review:s}:alarms" {
 		t.Fatalf("alarm key %q", key)
 	}
@@ -59,7 +59,7 @@ func TestOnAlarmHuman(t *testing.T) {
 	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
 	// Once the alarms are read (none): the thresholds decide.
 	waitRoute(t, r, confident, ReasonConfident)
-	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()).Err(); err != nil {
+	if err := client.SAdd(ctx, key, monitor.Group{Model: "service-1.0.0", Type: "choice"}.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	d := waitRoute(t, r, confident, ReasonGuaranteeAlarm)
@@ -72,7 +72,7 @@ func TestOnAlarmHuman(t *testing.T) {
 		t.Errorf("unalarmed unpinned version: %s %s", d.Route, d.Reason)
 	}
 	// An alarm overrides unpinned auto too.
-	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-2.0.0", Type: "noul"}.Member()).Err(); err != nil {
+	if err := client.SAdd(ctx, key, monitor.Group{Model: "service-2.0.0", Type: "noul"}.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	d = waitRoute(t, r, other, ReasonGuaranteeAlarm)
@@ -81,7 +81,7 @@ func TestOnAlarmHuman(t *testing.T) {
 	}
 	// It comes before no_threshold (service-0.9.0 has only a choice
 	// threshold) and after the guardrails.
-	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-0.9.0", Type: "choice"}.Member()).Err(); err != nil {
+	if err := client.SAdd(ctx, key, monitor.Group{Model: "service-0.9.0", Type: "choice"}.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	old := body("service-0.9.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
@@ -122,10 +122,10 @@ func TestOnAlarmHuman(t *testing.T) {
 		t.Errorf("a lost alarm logged as a reset")
 	}
 	// A reset (the review handler's: a new token with the removal) ends it.
-	choiceGroup := guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()
+	choiceGroup := monitor.Group{Model: "service-1.0.0", Type: "choice"}.Member()
 	if _, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SRem(ctx, key, choiceGroup)
-		p.HSet(ctx, guarantee.ResetKey("gw:", "review:s"), choiceGroup, "t1")
+		p.HSet(ctx, monitor.ResetKey("gw:", "review:s"), choiceGroup, "t1")
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -189,8 +189,8 @@ func TestOnAlarmByOrg(t *testing.T) {
 	t.Cleanup(r.Close)
 	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
 	waitRoute(t, r, confident, ReasonConfident)
-	g := guarantee.Group{Model: "service-1.0.0", Type: "noul", Org: "acme", ByOrg: true}
-	if err := client.SAdd(context.Background(), guarantee.AlarmKey("gw:", "review:s"), g.Member()).Err(); err != nil {
+	g := monitor.Group{Model: "service-1.0.0", Type: "noul", Org: "acme", ByOrg: true}
+	if err := client.SAdd(context.Background(), monitor.AlarmKey("gw:", "review:s"), g.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -246,8 +246,8 @@ func (q *queue) write(batch []pending) {
 // waiting for it: it can only come from a request that reached the config
 // after its release.
 func (r *Router) Close() {
-	if r.alarms != nil {
-		r.alarms.close()
+	if r.stopAlarms != nil {
+		r.stopAlarms()
 	}
 	q := r.queue
 	if q == nil {

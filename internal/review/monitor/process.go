@@ -1,11 +1,12 @@
-// Package guarantee is the live watch of routing's guarantee: per (model,
+// Package monitor is the live watch of routing's guarantee: per (model,
 // type) group (or (model, type, org) group), an e-process over the
 // agreement of the group's audited auto answers with people's labels, for
 // the null hypothesis "this group's agreement is at or above the target".
-// It holds the process's arithmetic twice, in Go (Update, Ledger) and in
-// Lua (LuaUpdate and the scripts of package review), computing the same
-// numbers, and the Redis layout that the review handler writes and the
-// gateway reads.
+// It holds the process's arithmetic twice, in Go (Update) and in Lua
+// (Library, embedded from lua/), computing the same numbers; the Redis
+// layout the review API writes and the gateway's alarm watch reads
+// (keys.go); and the monitor's state in Redis (Store: the takes, the
+// groups, the resets).
 //
 // The unit of evidence is the audited entry, not the question: the
 // questions of one entry share a state, so their agreement is not
@@ -36,7 +37,7 @@
 // alarm at level alpha/2^k, so that, by a union bound over the sequences,
 // the chance of any false alarm over the group's whole life is at most
 // alpha/2 + alpha/4 + ... < alpha.
-package guarantee
+package monitor
 
 import (
 	"fmt"

@@ -1,7 +1,12 @@
-package route
+// Package alarms is the gateway's watch of the guarantee alarms the
+// review loop's monitor raises: it reads the alarm set of a review stream
+// from Redis on a timer, off the request path, and answers the request
+// path's one question (Reader) from memory.
+package alarms
 
 import (
 	"context"
+	_ "embed"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,39 +14,28 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/systemone/systemone-gateway/policy/guarantee"
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 )
 
-// Values of Config.OnAlarm.
-const (
-	// OnAlarmAlert: a guarantee alarm is the review handler's log entry,
-	// metrics and alert; routing goes on as the thresholds say.
-	OnAlarmAlert = "alert"
-	// OnAlarmHuman: the questions of a group in alarm route human with
-	// ReasonGuaranteeAlarm, on every instance sharing the Redis; while an
-	// instance has never read the alarms, every question routes human
-	// with ReasonGuaranteeUnknown.
-	OnAlarmHuman = "human"
-)
-
-// onAlarmValues lists the values of Config.OnAlarm, the default first.
-var onAlarmValues = []string{OnAlarmAlert, OnAlarmHuman}
-
-// DefaultAlarmRefresh is how often a Router with `on_alarm human` reads the
-// set of groups in alarm from Redis (one MULTI of two reads, off the
-// request path), unless WithAlarmRefresh says otherwise: an alarm routes
-// human on every instance within this period plus one take of the review
-// handler (1s) after the observation that raised it, well within the 10
-// seconds promised.
-const DefaultAlarmRefresh = 2 * time.Second
+// Reader is what the request path reads of the alarms, without a lock or
+// a round trip.
+type Reader interface {
+	// Known reports whether a read of the alarms has succeeded since the
+	// watch started; until then any group may be in alarm.
+	Known() bool
+	// Alarmed reports whether the question of type typ from org, answered
+	// by model, belongs to a group in alarm: its (model, type) group, or
+	// under a monitor `by org` its (model, type, org) group.
+	Alarmed(model, typ, org string) bool
+}
 
 // alarmTimeout bounds one read of the alarm set.
 const alarmTimeout = time.Second
 
-// AlarmReader is the part of a go-redis client the alarm watch uses: one
-// transaction to read the alarm set with the reset tokens, and a script
-// to put back an alarm that Redis lost.
-type AlarmReader interface {
+// Client is the part of a go-redis client the watch uses: one transaction
+// to read the alarm set with the reset tokens, and a script to put back an
+// alarm that Redis lost.
+type Client interface {
 	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	redis.Scripter
 }
@@ -49,36 +43,42 @@ type AlarmReader interface {
 // restoreScript puts a lost alarm back into the alarm set, unless the
 // group was reset meanwhile (its reset token is no longer the one the
 // gateway saw): KEYS alarm set, reset hash; ARGV member, token seen.
-var restoreScript = redis.NewScript(`
-local token = redis.call('HGET', KEYS[2], ARGV[1]) or ''
-if token ~= ARGV[2] then return 0 end
-return redis.call('SADD', KEYS[1], ARGV[1])
-`)
+//
+//go:embed restore.lua
+var restoreLua string
 
-// alarmWatch holds the groups in guarantee alarm as last read from the set
-// the review handler keeps (guarantee.AlarmKey). Decide reads it without a
-// lock or a round trip. It fails safe: until its first read succeeds it
-// reports the alarms unknown, a failed read keeps the last set, and a group
-// that leaves the set without a new reset token (Redis restarted without
-// its data) stays in alarm here and is written back.
-type alarmWatch struct {
-	set          atomic.Pointer[map[guarantee.Group]struct{}]
+var restoreScript = redis.NewScript(restoreLua)
+
+// Watch holds the groups in guarantee alarm as last read from the set the
+// review API keeps (monitor.AlarmKey); it is a Reader. It fails safe:
+// until its first read succeeds it reports the alarms unknown, a failed
+// read keeps the last set, and a group that leaves the set without a new
+// reset token (Redis restarted without its data) stays in alarm here and
+// is written back.
+type Watch struct {
+	set          atomic.Pointer[map[monitor.Group]struct{}]
 	known        atomic.Bool // a read has succeeded
-	client       AlarmReader
+	client       Client
 	key, resetKy string
 	every        time.Duration // the refresh period
 	logger       *zap.Logger
 	// Only the loop touches these.
 	failed bool
-	tokens map[guarantee.Group]string // the reset token seen with each alarm
+	tokens map[monitor.Group]string // the reset token seen with each alarm
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func newAlarmWatch(client AlarmReader, key, resetKey string, every time.Duration, logger *zap.Logger) *alarmWatch {
+// Start reads the alarms of the review stream under prefix once and then
+// every period, until Close. A nil logger discards the watch's logs.
+func Start(client Client, prefix, stream string, every time.Duration, logger *zap.Logger) *Watch {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	w := &alarmWatch{client: client, key: key, resetKy: resetKey, every: every, logger: logger, stop: stop, tokens: map[guarantee.Group]string{}}
-	w.set.Store(&map[guarantee.Group]struct{}{})
+	key, resetKey := monitor.AlarmKey(prefix, stream), monitor.ResetKey(prefix, stream)
+	w := &Watch{client: client, key: key, resetKy: resetKey, every: every, logger: logger, stop: stop, tokens: map[monitor.Group]string{}}
+	w.set.Store(&map[monitor.Group]struct{}{})
 	// The first read before the first request: a gateway started while
 	// Redis answers knows its alarms at once, instead of routing
 	// everything human (guarantee_unknown) until the first tick.
@@ -88,7 +88,7 @@ func newAlarmWatch(client AlarmReader, key, resetKey string, every time.Duration
 	return w
 }
 
-func (w *alarmWatch) loop(ctx context.Context) {
+func (w *Watch) loop(ctx context.Context) {
 	defer w.wg.Done()
 	t := time.NewTicker(w.every)
 	defer t.Stop()
@@ -105,7 +105,7 @@ func (w *alarmWatch) loop(ctx context.Context) {
 // refresh reads the alarm set and the reset tokens once, and logs each
 // group that starts or stops routing human here, each alarm lost, and each
 // change between failing and working reads.
-func (w *alarmWatch) refresh(ctx context.Context) {
+func (w *Watch) refresh(ctx context.Context) {
 	read, cancel := context.WithTimeout(ctx, alarmTimeout)
 	var members *redis.StringSliceCmd
 	var resets *redis.MapStringStringCmd
@@ -131,9 +131,9 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 		w.logger.Info("guarantee alarms readable again", zap.String("key", w.key))
 	}
 	tokens := resets.Val()
-	next := make(map[guarantee.Group]struct{}, len(members.Val()))
+	next := make(map[monitor.Group]struct{}, len(members.Val()))
 	for _, m := range members.Val() {
-		if g, ok := guarantee.ParseMember(m); ok {
+		if g, ok := monitor.ParseMember(m); ok {
 			next[g] = struct{}{}
 		}
 	}
@@ -167,7 +167,7 @@ func (w *alarmWatch) refresh(ctx context.Context) {
 	w.known.Store(true)
 }
 
-func groupFields(g guarantee.Group) []zap.Field {
+func groupFields(g monitor.Group) []zap.Field {
 	fields := []zap.Field{zap.String("model", g.Model), zap.String("type", g.Type)}
 	if g.ByOrg {
 		fields = append(fields, zap.String("org", g.Org))
@@ -175,25 +175,21 @@ func groupFields(g guarantee.Group) []zap.Field {
 	return fields
 }
 
-// alarmed reports whether the question of type typ from org, answered by
-// model, belongs to a group in alarm: its (model, type) group, or under a
-// monitor `by org` its (model, type, org) group.
-func (w *alarmWatch) alarmed(model, typ, org string) bool {
+// Alarmed is Reader's.
+func (w *Watch) Alarmed(model, typ, org string) bool {
 	set := *w.set.Load()
-	if _, ok := set[guarantee.Group{Model: model, Type: typ}]; ok {
+	if _, ok := set[monitor.Group{Model: model, Type: typ}]; ok {
 		return true
 	}
-	_, ok := set[guarantee.Group{Model: model, Type: typ, Org: org, ByOrg: true}]
+	_, ok := set[monitor.Group{Model: model, Type: typ, Org: org, ByOrg: true}]
 	return ok
 }
 
-// any reports whether some group is in alarm.
-func (w *alarmWatch) any() bool { return len(*w.set.Load()) > 0 }
+// Known is Reader's.
+func (w *Watch) Known() bool { return w.known.Load() }
 
-// unknown reports whether no read of the alarms has succeeded yet.
-func (w *alarmWatch) unknown() bool { return !w.known.Load() }
-
-func (w *alarmWatch) close() {
+// Close stops the reads and waits for the one under way.
+func (w *Watch) Close() {
 	w.stop()
 	w.wg.Wait()
 }

@@ -1,4 +1,4 @@
-package guarantee
+package monitor
 
 import (
 	"slices"
@@ -6,12 +6,12 @@ import (
 	"strings"
 )
 
-// Ledger is the monitor's bookkeeping in process: what the review
-// handler's scripts do in Redis (guarantee_note, guarantee_take,
-// guarantee_reset in LuaUpdate), step by step, over maps instead of keys.
-// The simulations of the monitor run on it, and a test replays random
-// operations through both and compares every state. Not safe for
-// concurrent use.
+// Ledger is the monitor's bookkeeping in process, the tests' reference
+// model of the Lua: what the scripts do in Redis (guarantee_note,
+// guarantee_take, guarantee_reset in Library), step by step, over maps
+// instead of keys. The simulations of the monitor run on it, and a test
+// replays random operations through both and compares every state. Not
+// safe for concurrent use.
 type Ledger struct {
 	Params Params
 	// States and Alarms are the state hash and the alarm set.

@@ -1,5 +1,5 @@
 //go:build !race
 
-package guarantee
+package monitor
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package guarantee
+package monitor
 
 import (
 	"context"
@@ -14,17 +14,11 @@ import (
 	"github.com/systemone/systemone-gateway/internal/redistest"
 )
 
-// The scripts the test drives: the Lua functions with their keys and
-// numbers, as the review handler's scripts call them.
-var (
-	noteScript = redis.NewScript(LuaUpdate + `
+// noteScript notes one label, as the review API's label script does; the
+// test drives it with the store's own take and reset scripts.
+var noteScript = redis.NewScript(Library + `
 guarantee_note(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))
 return 1`)
-	takeScript = redis.NewScript(LuaUpdate + `
-return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))`)
-	resetScript = redis.NewScript(LuaUpdate + `
-return guarantee_reset(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3])`)
-)
 
 // Exact replay: random notes (first labels, corrections, duplicates of a
 // request id, questions of two groups per entry, labels after an entry
@@ -116,7 +110,7 @@ func TestLuaMatchesLedger(t *testing.T) {
 		t.Logf("params %+v: equal over 3,000 operations (%d alarms raised, %d resets, %d pending)", params, alarms, resets, pending)
 	}
 	// Lua's fresh state is Go's.
-	fresh := redis.NewScript(LuaUpdate + `return guarantee_fresh(tonumber(ARGV[1]))`)
+	fresh := redis.NewScript(Library + `return guarantee_fresh(tonumber(ARGV[1]))`)
 	if v, err := fresh.Run(ctx, client, nil, "0.9").Text(); err != nil || v != Fresh(0.9).Encode() {
 		t.Fatalf("fresh: Lua %q (%v), Go %q", v, err, Fresh(0.9).Encode())
 	}

@@ -1,4 +1,4 @@
-package guarantee
+package monitor
 
 import (
 	"fmt"
