@@ -1,4 +1,4 @@
-package review_test
+package api_test
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func fencedIn(doc, info string) []string {
 // answers it describes (the reset after seeding a group, since labelling
 // to an alarm is TestGuaranteeEndToEnd's).
 func TestMonitorDocs(t *testing.T) {
-	raw, err := os.ReadFile("../../docs/monitor.md")
+	raw, err := os.ReadFile("../../../docs/monitor.md")
 	if err != nil {
 		t.Fatal(err)
 	}

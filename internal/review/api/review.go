@@ -1,10 +1,10 @@
-// Package review is the `systemone_review` Caddy handler: the review API and
+// Package api is the `systemone_review` Caddy handler: the review API and
 // page over the gateway's review stream. People read the entries the
 // `systemone` handler queued (answers routed to a human and those drawn by
 // the audit), label each question, and export the labels for
 // `systemone-gateway calibrate`. Labels live in Redis apart from the stream,
 // so they outlive its MAXLEN trimming.
-package review
+package api
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package review_test
+package api_test
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 // fenced returns the fenced blocks of docs/review.md in language lang.
 func fenced(t *testing.T, lang string) []string {
 	t.Helper()
-	raw, err := os.ReadFile("../../docs/review.md")
+	raw, err := os.ReadFile("../../../docs/review.md")
 	if err != nil {
 		t.Fatal(err)
 	}
