@@ -153,10 +153,10 @@ func (s State) At(p Params) State {
 // Update returns s after one observation, an entry with labels labelled
 // auto questions of the group of which agree agree (0 <= agree <= labels,
 // labels >= 1), and whether this observation raised the alarm. It is the
-// arithmetic of guarantee_update in Library, step by step: only +, -, *, / and comparisons,
-// each rounded to float64 on its own (the explicit conversions keep the
-// compiler from fusing a multiply and an add, which Lua does not do), so
-// both compute the same bits.
+// arithmetic of guarantee_update in Library, step by step: only +, -, *,
+// / and comparisons, each rounded to float64 on its own (the explicit
+// conversions keep the compiler from fusing a multiply and an add, which
+// Lua does not do), so both compute the same bits.
 func Update(p Params, s State, agree, labels int64) (State, bool) {
 	s = s.At(p)
 	s.Entries++
