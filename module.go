@@ -15,8 +15,8 @@ import (
 
 	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/handlers"
-	_ "github.com/systemone/systemone-gateway/handlers/review"      // registers systemone_review
 	_ "github.com/systemone/systemone-gateway/internal/bufferedlog" // registers the buffered log writer
+	_ "github.com/systemone/systemone-gateway/internal/review/api"  // registers systemone_review
 	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 	"github.com/systemone/systemone-gateway/internal/review/replay"
 	_ "github.com/systemone/systemone-gateway/simulator" // registers systemone_simulator

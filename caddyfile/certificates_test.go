@@ -8,7 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // `certificates <file>` in the route block: each cert id must be a

@@ -31,7 +31,7 @@ type syntaxDoc struct {
 var syntaxDocs = []syntaxDoc{
 	{doc: "caddyfile.go", fn: "Unmarshal", parser: []string{"caddyfile.go", "limits.go", "guardrails.go", "breaker.go", "cache.go", "route.go"}},
 	{doc: "health.go", fn: "UnmarshalHealth", parser: []string{"health.go"}},
-	{doc: "../handlers/review/caddyfile.go", fn: "UnmarshalCaddyfile", parser: []string{"../handlers/review/caddyfile.go"}},
+	{doc: "../internal/review/api/caddyfile.go", fn: "UnmarshalCaddyfile", parser: []string{"../internal/review/api/caddyfile.go"}},
 	{doc: "../simulator/caddyfile.go", fn: "UnmarshalCaddyfile", parser: []string{"../simulator/caddyfile.go"}},
 	// A log writer: the global log option's output.
 	{doc: "../internal/bufferedlog/bufferedlog.go", fn: "UnmarshalCaddyfile", parser: []string{"../internal/bufferedlog/bufferedlog.go"},

@@ -2,9 +2,12 @@ package docs
 
 import (
 	"bufio"
+	"bytes"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,8 +17,11 @@ const module = "github.com/systemone/systemone-gateway"
 
 // TestArchitecture holds docs/architecture.md to the code: every package of
 // the gateway (outside bench/ and deploy/) is in a room the page's map
-// names, and no package imports a room on a floor above its own.
+// names, no package imports a room on a floor above its own, no room
+// imports what its "does not" line rules out (forbidden), and no Go file
+// is over 600 lines.
 func TestArchitecture(t *testing.T) {
+	t.Run("lines", testFileLength)
 	rooms := architectureRooms(t)
 	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
 	cmd.Dir = root
@@ -30,6 +36,11 @@ func TestArchitecture(t *testing.T) {
 		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
 		if strings.HasPrefix(pkg, "bench") || strings.HasPrefix(pkg, "deploy") || pkg == "docs" {
 			continue
+		}
+		for _, imp := range fields[1:] {
+			if why := forbidden(pkg, strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")); why != "" {
+				t.Errorf("%s imports %s: %s", pkg, imp, why)
+			}
 		}
 		floor, ok := rooms.floor(pkg)
 		if !ok {
@@ -47,6 +58,129 @@ func TestArchitecture(t *testing.T) {
 		}
 	}
 }
+
+// importRule is a "does not" line of the page's rooms table that is a fact
+// of imports: no package under from (but those under except) imports a
+// package under one of to. Paths of the module are written without the
+// module's path; "x/..." is x and every package under it.
+type importRule struct {
+	from   string
+	except []string
+	to     []string
+	why    string
+}
+
+var (
+	wing      = "internal/review/..."
+	policies  = "policy/..."
+	pipeline  = "handlers/..."
+	noRequest = []string{policies, pipeline}
+)
+
+// importRules are the rooms table's "does not" lines that imports decide.
+var importRules = []importRule{
+	{from: wing, to: noRequest, why: "the review wing imports no policy and not handlers"},
+	{from: policies, to: []string{pipeline}, why: "a policy does not know the HTTP handlers"},
+	{from: "evaluation/...", to: []string{policies, pipeline, wing}, why: "evaluation knows no policy, handler or review room"},
+	{from: "simulator/...", to: []string{policies, pipeline, wing}, why: "the simulator is the upstream's stand-in, apart from the gateway"},
+	{from: "internal/...", except: []string{wing, "internal/gatewaytest"}, to: []string{policies, pipeline, wing, "caddyfile/..."},
+		why: "plumbing knows no policy, handler or review room"},
+	{from: "internal/review/record", to: []string{"io", "os", "net/...", "github.com/redis/go-redis/v9/..."}, why: "record does no I/O"},
+	{from: "internal/review/calibrate/...", to: []string{"net/http/..."}, why: "calibrate talks HTTP through internal/review/client"},
+}
+
+// forbidden returns why pkg may not import imp ("" when it may): a rule of
+// importRules, or one policy importing another.
+func forbidden(pkg, imp string) string {
+	for _, r := range importRules {
+		if !under(pkg, r.from) || slices.ContainsFunc(r.except, func(e string) bool { return under(pkg, e) }) {
+			continue
+		}
+		if slices.ContainsFunc(r.to, func(to string) bool { return under(imp, to) }) {
+			return r.why
+		}
+	}
+	if p, ok := strings.CutPrefix(pkg, "policy/"); ok {
+		if i, ok := strings.CutPrefix(imp, "policy/"); ok && strings.Split(p, "/")[0] != strings.Split(i, "/")[0] {
+			return "a policy knows no other policy"
+		}
+	}
+	return ""
+}
+
+// under reports whether pkg is path, or lies under it when path ends in
+// "/...".
+func under(pkg, path string) bool {
+	if prefix, ok := strings.CutSuffix(path, "/..."); ok {
+		return pkg == prefix || strings.HasPrefix(pkg, prefix+"/")
+	}
+	return pkg == path
+}
+
+// TestImportRules holds forbidden to the cases it exists for, so that a
+// rule that could not fail is caught.
+func TestImportRules(t *testing.T) {
+	for _, c := range []struct {
+		pkg, imp string
+		ok       bool
+	}{
+		{"internal/review/api", "policy/route", false},
+		{"internal/review/monitor", "handlers", false},
+		{"internal/review/alarms", "internal/review/monitor", true},
+		{"policy/route", "internal/review/alarms", true},
+		{"policy/route", "policy/guardrails", false},
+		{"policy/limits", "policy/limits/store", true},
+		{"policy/limits/redisstore", "policy/cache", false},
+		{"evaluation", "internal/review/record", false},
+		{"internal/ttlstore/inredis", "policy/cache", false},
+		{"internal/gatewaytest", "handlers", true},
+		{"internal/review/record", "net/http", false},
+		{"internal/review/record", "encoding/json", true},
+		{"internal/review/calibrate", "net/http", false},
+		{"internal/review/replay", "net/http", true},
+	} {
+		if got := forbidden(c.pkg, c.imp) == ""; got != c.ok {
+			t.Errorf("%s importing %s: allowed %v, want %v", c.pkg, c.imp, got, c.ok)
+		}
+	}
+}
+
+// maxLines is the most lines a Go file of the repository holds.
+const maxLines = 600
+
+// testFileLength fails on each Go file over maxLines lines, generated
+// files ("// Code generated ... DO NOT EDIT.") aside.
+func testFileLength(t *testing.T) {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if generated.Match(b) {
+			return nil
+		}
+		if n := bytes.Count(b, []byte("\n")); n > maxLines {
+			rel, _ := filepath.Rel(root, path)
+			t.Errorf("%s: %d lines, over %d", rel, n, maxLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// generated matches the line that marks a generated Go file.
+var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)
 
 // roomMap is the page's map: room paths by floor (0 is the top).
 // "module.go" is the repository's root package; a path ending in "/..."

@@ -3,9 +3,9 @@
 // (policy/guardrails): byte values by key, each kept for the store's time
 // to live. Each cache is a codec over it. Two implementations:
 //
-//   - memstore: in process, a least-recently-used map bounded in entries
+//   - inprocess: in process, a least-recently-used map bounded in entries
 //     and bytes, shared across config reloads by name;
-//   - redisstore: in Redis, shared by every gateway instance, with one
+//   - inredis: in Redis, shared by every gateway instance, with one
 //     health rule: a run of real failures rests Redis (a client hanging up
 //     is never one), requests cost nothing while it rests, and a probe in
 //     the background decides when it is back.

@@ -40,8 +40,8 @@ import (
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/internal/ttlstore"
-	"github.com/systemone/systemone-gateway/internal/ttlstore/memstore"
-	"github.com/systemone/systemone-gateway/internal/ttlstore/redisstore"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/inprocess"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/inredis"
 )
 
 // StoreTimeout bounds one Redis round trip of the cache (a lookup before
@@ -52,7 +52,7 @@ const StoreTimeout = 100 * time.Millisecond
 
 // RedisClient is the part of a go-redis client the cache uses; the
 // handler's redis.UniversalClient (a server or a cluster) is one.
-type RedisClient = redisstore.Client
+type RedisClient = inredis.Client
 
 // Gauge is what the cache reports the requests waiting for an identical
 // miss to (a prometheus.Gauge is one).
@@ -95,17 +95,17 @@ func New(cfg Config, rdb RedisClient, prefix string, logger *zap.Logger, waiting
 	ttl := time.Duration(cfg.TTL)
 	var c *Cache
 	if rdb != nil {
-		c = newWithStore(redisstore.New(rdb, redisstore.Options{
+		c = newWithStore(inredis.New(rdb, inredis.Options{
 			Prefix: prefix + "cache:", TTL: ttl, Timeout: StoreTimeout, Logger: logger,
 			Name: "answer cache", Degraded: "answering misses",
 		}), ttl, cfg.MaxSize)
-		c.marks = redisstore.New(rdb, redisstore.Options{
+		c.marks = inredis.New(rdb, inredis.Options{
 			Prefix: prefix + "cache:", TTL: markerTTL, Timeout: StoreTimeout, Logger: logger,
 			Name: "answer cache's markers", Degraded: "coalescing in process only",
 		})
 	} else {
 		name := fmt.Sprintf("answers|%s|ttl=%v|max_entries=%d|max_size=%d", prefix, ttl, cfg.MaxEntries, cfg.MaxSize)
-		store, release := memstore.Acquire(name, memstore.Limits{Entries: cfg.MaxEntries, TTL: ttl})
+		store, release := inprocess.Acquire(name, inprocess.Limits{Entries: cfg.MaxEntries, TTL: ttl})
 		c = newWithStore(store, ttl, cfg.MaxSize)
 		c.release = release
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/internal/testclock"
 	"github.com/systemone/systemone-gateway/internal/ttlstore"
-	"github.com/systemone/systemone-gateway/internal/ttlstore/memstore"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/inprocess"
 )
 
 const body = `{"model":"service-1.0.0","state":"The parcel arrived two days late.","questions":{"late":{"type":"noul","instructions":"Is it late?"}}}`
@@ -32,7 +32,7 @@ func asker(scope, org, key string) Asker {
 var acme = asker("org_keys", "acme", "acme-key-1")
 
 func newTestCache(maxSize int64) *Cache {
-	return newWithStore(memstore.New(memstore.Limits{Entries: 100, TTL: time.Minute}, time.Now), time.Minute, maxSize)
+	return newWithStore(inprocess.New(inprocess.Limits{Entries: 100, TTL: time.Minute}, time.Now), time.Minute, maxSize)
 }
 
 // store answers who's request as a miss the upstream answered 200 would.
@@ -113,7 +113,7 @@ func TestHitOnlyForAnAcceptedKey(t *testing.T) {
 	ctx := context.Background()
 	clock := testclock.New(time.Unix(1_800_000_000, 0))
 	ttl := 10 * time.Minute
-	c := newWithStore(memstore.New(memstore.Limits{Entries: 100, TTL: ttl}, clock.Now), ttl, 1<<20)
+	c := newWithStore(inprocess.New(inprocess.Limits{Entries: 100, TTL: ttl}, clock.Now), ttl, 1<<20)
 	c.now = clock.Now
 	store(c, acme, body, answer)
 	if _, ok := hit(c, acme, body); !ok {
@@ -201,7 +201,7 @@ func TestKeySeparatesScopeOrgAndBody(t *testing.T) {
 // else), and neither is a corrupt one.
 func TestLookupChecksTheOwner(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New(memstore.Limits{Entries: 10, TTL: time.Minute}, time.Now)
+	s := inprocess.New(inprocess.Limits{Entries: 10, TTL: time.Minute}, time.Now)
 	c := newWithStore(s, time.Minute, 1<<20)
 	store(c, acme, body, answer) // the key's record
 	key := EntryKey(acme.Scope, acme.Org, []byte(body))

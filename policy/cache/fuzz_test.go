@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/systemone/systemone-gateway/internal/ttlstore/memstore"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/inprocess"
 )
 
 // FuzzExactness: an entry stored for (scope, org, body) is a hit for
@@ -21,7 +21,7 @@ func FuzzExactness(f *testing.F) {
 	f.Add("key", "a", []byte(""), "", "k", "k", uint(3), byte(0xff))
 	f.Fuzz(func(t *testing.T, scope, org string, b []byte, otherOrg, key, otherKey string, at uint, with byte) {
 		ctx := context.Background()
-		c := newWithStore(memstore.New(memstore.Limits{Entries: 16, TTL: time.Hour}, time.Now), time.Hour, 1<<20)
+		c := newWithStore(inprocess.New(inprocess.Limits{Entries: 16, TTL: time.Hour}, time.Now), time.Hour, 1<<20)
 		who := asker(scope, org, key)
 		a := Answer{Status: 200, ContentType: "application/json", RequestID: org, Body: b}
 		c.Record(ctx, c.Lookup(ctx, who, b), 200, &a)

@@ -8,8 +8,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/internal/ttlstore"
-	"github.com/systemone/systemone-gateway/internal/ttlstore/memstore"
-	"github.com/systemone/systemone-gateway/internal/ttlstore/redisstore"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/inprocess"
+	"github.com/systemone/systemone-gateway/internal/ttlstore/inredis"
 )
 
 // The verdict cache is a codec over the store both caches share (package
@@ -27,7 +27,7 @@ const redisCacheTimeout = 100 * time.Millisecond
 
 // RedisClient is the part of a go-redis client the verdict cache uses; a
 // redis.UniversalClient (single server or cluster) is one.
-type RedisClient = redisstore.Client
+type RedisClient = inredis.Client
 
 // verdictCache is the verdict cache: what the service said, by cacheKey,
 // for ttl from when it said it. With Redis it is two tiers, a bounded
@@ -43,10 +43,10 @@ type verdictCache struct {
 // newVerdictCache is the verdict cache: in Redis under prefix, behind an
 // in-process front, when rdb is not nil; else in process only.
 func newVerdictCache(rdb RedisClient, prefix string, ttl time.Duration, logger *zap.Logger, now func() time.Time) *verdictCache {
-	inProcess := memstore.New(memstore.Limits{Entries: defaultCacheEntries, Bytes: defaultCacheBytes, TTL: ttl}, now)
+	inProcess := inprocess.New(inprocess.Limits{Entries: defaultCacheEntries, Bytes: defaultCacheBytes, TTL: ttl}, now)
 	c := &verdictCache{store: inProcess, ttl: ttl, now: now}
 	if rdb != nil {
-		c.store = ttlstore.Tiered{Front: inProcess, Back: redisstore.New(rdb, redisstore.Options{
+		c.store = ttlstore.Tiered{Front: inProcess, Back: inredis.New(rdb, inredis.Options{
 			Prefix: prefix, TTL: ttl, Timeout: redisCacheTimeout, Logger: logger, Now: now,
 			Name: "guardrails verdict cache", Degraded: "checking without it",
 		})}

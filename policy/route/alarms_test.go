@@ -10,9 +10,10 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/review/alarms"
+	"github.com/systemone/systemone-gateway/internal/review/monitor"
 	"github.com/systemone/systemone-gateway/internal/testclock"
 	"github.com/systemone/systemone-gateway/internal/wait"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
 )
 
 // waitRoute decides on body until its reason is want: the watch reads the
@@ -43,7 +44,7 @@ func TestOnAlarmHuman(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := context.Background()
-	key := guarantee.AlarmKey("gw:", "review:s")
+	key := monitor.AlarmKey("gw:", "review:s")
 	if key != "gw:review:{review:s}:alarms" {
 		t.Fatalf("alarm key %q", key)
 	}
@@ -62,7 +63,7 @@ func TestOnAlarmHuman(t *testing.T) {
 	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
 	// Once the alarms are read (none): the thresholds decide.
 	waitRoute(t, r, confident, ReasonConfident)
-	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()).Err(); err != nil {
+	if err := client.SAdd(ctx, key, monitor.Group{Model: "service-1.0.0", Type: "choice"}.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	d := waitRoute(t, r, confident, ReasonGuaranteeAlarm)
@@ -78,7 +79,7 @@ func TestOnAlarmHuman(t *testing.T) {
 		t.Errorf("unalarmed unpinned version: %s %s", d.Route, d.Reason)
 	}
 	// An alarm overrides unpinned auto too.
-	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-2.0.0", Type: "noul"}.Member()).Err(); err != nil {
+	if err := client.SAdd(ctx, key, monitor.Group{Model: "service-2.0.0", Type: "noul"}.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	d = waitRoute(t, r, other, ReasonGuaranteeAlarm)
@@ -90,7 +91,7 @@ func TestOnAlarmHuman(t *testing.T) {
 	}
 	// It comes before no_threshold (service-0.9.0 has only a choice
 	// threshold) and after the guardrails.
-	if err := client.SAdd(ctx, key, guarantee.Group{Model: "service-0.9.0", Type: "choice"}.Member()).Err(); err != nil {
+	if err := client.SAdd(ctx, key, monitor.Group{Model: "service-0.9.0", Type: "choice"}.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	old := body("service-0.9.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
@@ -122,10 +123,10 @@ func TestOnAlarmHuman(t *testing.T) {
 		t.Errorf("a lost alarm logged as a reset")
 	}
 	// A reset (the review handler's: a new token with the removal) ends it.
-	choiceGroup := guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()
+	choiceGroup := monitor.Group{Model: "service-1.0.0", Type: "choice"}.Member()
 	if _, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SRem(ctx, key, choiceGroup)
-		p.HSet(ctx, guarantee.ResetKey("gw:", "review:s"), choiceGroup, "t1")
+		p.HSet(ctx, monitor.ResetKey("gw:", "review:s"), choiceGroup, "t1")
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func TestOnAlarmUnknownSinceStart(t *testing.T) {
 	waitLog(t, logs, "guarantee alarms unreadable since start; routing every question human (guarantee_unknown)")
 	srv.Restart()
 	waitLog(t, logs, writeBackLog)
-	clock.Advance(AlarmWriteBack)
+	clock.Advance(alarms.WriteBack(DefaultAlarmRefresh))
 	waitRoute(t, r, confident, ReasonConfident)
 }
 
@@ -176,7 +177,7 @@ const writeBackLog = "guarantee alarms readable; routing every question human (g
 // A gateway started while Redis is away, which comes back without its
 // data, does not route auto a group whose alarm another gateway kept
 // before that gateway has had its refresh period to write it back: it
-// holds guarantee_unknown for AlarmWriteBack after its first read. The
+// holds guarantee_unknown for alarms.WriteBack after its first read. The
 // alarm written back had been reset once before (its reset token, lost
 // with it, is not a new reset).
 func TestOnAlarmUnknownUntilWrittenBack(t *testing.T) {
@@ -185,8 +186,8 @@ func TestOnAlarmUnknownUntilWrittenBack(t *testing.T) {
 	cfg := testConfig()
 	cfg.Queue = &Queue{Stream: "review:s"}
 	cfg.OnAlarm = OnAlarmHuman
-	key, resets := guarantee.AlarmKey("gw:", "review:s"), guarantee.ResetKey("gw:", "review:s")
-	alarmed := guarantee.Group{Model: "service-1.0.0", Type: "choice"}.Member()
+	key, resets := monitor.AlarmKey("gw:", "review:s"), monitor.ResetKey("gw:", "review:s")
+	alarmed := monitor.Group{Model: "service-1.0.0", Type: "choice"}.Member()
 	seed := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = seed.Close() })
 	if _, err := seed.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -231,14 +232,14 @@ func TestOnAlarmUnknownUntilWrittenBack(t *testing.T) {
 	}
 
 	// Gateway a's next read writes the alarm back, then b's hold ends.
-	a.alarms.refresh(ctx)
+	a.alarms.(*alarms.Watch).Refresh(ctx)
 	if ok, err := seed.SIsMember(ctx, key, alarmed).Result(); err != nil || !ok {
 		t.Fatalf("gateway a did not write the lost alarm back: %v %v", ok, err)
 	}
 	if d := decideBody(b, mixed, confident, Signal{}); d.Reason != ReasonGuaranteeUnknown {
 		t.Fatalf("gateway b before the write-back period: %s", d.Reason)
 	}
-	clock.Advance(AlarmWriteBack)
+	clock.Advance(alarms.WriteBack(DefaultAlarmRefresh))
 	d := waitRoute(t, b, confident, ReasonGuaranteeAlarm)
 	if routes(d) != "yes=auto pick=human rate=auto" {
 		t.Errorf("gateway b after the write-back period: %s", routes(d))
@@ -261,8 +262,8 @@ func TestOnAlarmByOrg(t *testing.T) {
 	t.Cleanup(r.Close)
 	confident := body("service-1.0.0", noul("yes", "0.99"), choice("pick", "0.99"), score("rate", "0.99"))
 	waitRoute(t, r, confident, ReasonConfident)
-	g := guarantee.Group{Model: "service-1.0.0", Type: "noul", Org: "acme", ByOrg: true}
-	if err := client.SAdd(context.Background(), guarantee.AlarmKey("gw:", "review:s"), g.Member()).Err(); err != nil {
+	g := monitor.Group{Model: "service-1.0.0", Type: "noul", Org: "acme", ByOrg: true}
+	if err := client.SAdd(context.Background(), monitor.AlarmKey("gw:", "review:s"), g.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	wait.Until(t, "the org's alarm read", func() bool {

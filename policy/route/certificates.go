@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // certifiedLine is a threshold line with a certificate id, and the group

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // certificatesFile writes certs, sealed, to a file and returns its path

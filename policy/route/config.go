@@ -10,7 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/systemone/systemone-gateway/evaluation"
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // Config is the `route` block: confidence thresholds pinned to concrete model

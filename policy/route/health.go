@@ -8,20 +8,8 @@ package route
 // lost alarms are written back (the same), or the latest read failed (the
 // last set read stays in force), and why. A few atomic loads.
 func (r *Router) AlarmStatus() (watched bool, problem string) {
-	if r == nil || r.alarms == nil {
+	if r == nil || r.alarmProblem == nil {
 		return false, ""
 	}
-	w := r.alarms
-	err := w.readErr.Load()
-	switch {
-	case !w.known.Load() && err != nil:
-		return true, "never read: " + *err
-	case !w.known.Load():
-		// Read, but held: the gateways that kept alarms Redis lost have
-		// not yet had the time to write them back.
-		return true, "not yet known: waiting for lost alarms to be written back"
-	case err != nil:
-		return true, "stale, the latest read failed: " + *err
-	}
-	return true, ""
+	return true, r.alarmProblem()
 }

@@ -34,8 +34,8 @@ type Meta struct {
 }
 
 // HeaderReplay is the request header that marks a replayed request, with
-// the value "1".
-const HeaderReplay = "X-Systemone-Replay"
+// the value "1" (record.HeaderReplay, which `replay` sends).
+const HeaderReplay = record.HeaderReplay
 
 // IsReplay reports whether a request's headers mark it as replayed:
 // HeaderReplay is "1" (around white space).
@@ -246,8 +246,8 @@ func (q *queue) write(batch []pending) {
 // waiting for it: it can only come from a request that reached the config
 // after its release.
 func (r *Router) Close() {
-	if r.alarms != nil {
-		r.alarms.close()
+	if r.stopAlarms != nil {
+		r.stopAlarms()
 	}
 	q := r.queue
 	if q == nil {

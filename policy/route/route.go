@@ -15,13 +15,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/evaluation"
-	"github.com/systemone/systemone-gateway/policy/guarantee"
+	"github.com/systemone/systemone-gateway/internal/review/alarms"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // Routes of a question and of a response.
 const (
-	RouteAuto  = "auto"
-	RouteHuman = "human"
+	RouteAuto  = record.RouteAuto
+	RouteHuman = record.RouteHuman
 )
 
 // unpinnedRoutes lists the values of Config.Unpinned, the default first.
@@ -63,7 +64,7 @@ const (
 	ReasonGuaranteeAlarm = "guarantee_alarm"
 	// ReasonGuaranteeUnknown: with `on_alarm human`, this instance has not
 	// been able to read the alarms since it started (Redis away), or not
-	// for AlarmWriteBack after its first successful read, so any group may
+	// for alarms.WriteBack after its first successful read, so any group may
 	// be in alarm: every question routes human.
 	ReasonGuaranteeUnknown = "guarantee_unknown"
 	// ReasonUnreadableResponse: the body is not a complete answer set for the
@@ -81,7 +82,9 @@ type Router struct {
 	orgFallbackHuman bool
 	queue            *queue // nil without a configured queue
 	audit            float64
-	alarms           *alarmWatch // nil unless on_alarm human
+	alarms           alarms.Reader // nil unless on_alarm human
+	alarmProblem     func() string // the watch's Problem, for readiness
+	stopAlarms       func()
 	active           *activeDraw // nil unless `audit active`
 
 	// rng draws the audit sample. A source per Router, not the global
@@ -123,7 +126,7 @@ type StreamWriter interface {
 // and the guarantee alarm watch's reads.
 type Store interface {
 	StreamWriter
-	AlarmReader
+	alarms.Client
 }
 
 // New resolves placeholders in cfg's names (versions, question ids, the
@@ -131,7 +134,7 @@ type Store interface {
 // client: required when cfg.Queue is set or OnAlarm is human, ignored
 // otherwise; the caller keeps owning it. prefix is the handler's key_prefix,
 // under which the review handler keeps the alarm set of the queue's stream
-// (guarantee.AlarmKey). A nil logger discards the queue's and the watch's
+// (internal/review/monitor.AlarmKey). A nil logger discards the queue's and the watch's
 // logs. The audit draw is seeded at random. Close stops what New starts.
 // opts change the defaults of what New starts (see Option).
 func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Option) (*Router, error) {
@@ -166,7 +169,8 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Op
 	// on_alarm human has a queue (Validate), and so the client checked
 	// above: the review handler keeps the alarms of the queue's stream.
 	if cfg.OnAlarm == OnAlarmHuman {
-		r.alarms = newAlarmWatch(client, guarantee.AlarmKey(prefix, cfg.Queue.Stream), guarantee.ResetKey(prefix, cfg.Queue.Stream), o.alarmRefresh, o.now, logger)
+		w := alarms.Start(client, prefix, cfg.Queue.Stream, o.alarmRefresh, o.now, logger)
+		r.alarms, r.alarmProblem, r.stopAlarms = w, w.Problem, w.Close
 	}
 	return r, nil
 }
@@ -326,16 +330,16 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	}
 	alarmed, unknown := false, false
 	switch {
-	case r.alarms != nil && r.alarms.unknown():
+	case r.alarms != nil && !r.alarms.Known():
 		// Fail safe: the alarms could not be read since start.
 		for i := range d.Questions {
 			d.Questions[i].routeForAlarm(ReasonGuaranteeUnknown)
 		}
 		unknown = true
-	case r.alarms != nil && d.Model != "" && r.alarms.any():
+	case r.alarms != nil && d.Model != "":
 		for i := range d.Questions {
 			q := &d.Questions[i]
-			if r.alarms.alarmed(d.Model, q.Type, signal.Org) {
+			if r.alarms.Alarmed(d.Model, q.Type, signal.Org) {
 				q.routeForAlarm(ReasonGuaranteeAlarm)
 				alarmed = true
 			}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // Certify writes a certificate for each group of res that has a threshold,

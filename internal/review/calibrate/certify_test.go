@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/internal/review/calibrate"
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // orgLines writes `/labels` lines of audited entries, one noul question

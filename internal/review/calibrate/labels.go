@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/systemone/systemone-gateway/internal/review/client"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/internal/reviewapi"
 )
 
 // MaxLineBytes bounds one `/labels` line. A real line is a few hundred bytes;
@@ -101,15 +101,15 @@ func hasPrefixFold(s, prefix string) bool {
 }
 
 // openURL opens an http(s) `/labels` URL through the review API's client
-// (internal/reviewapi: user info as basic auth to that origin only, no
+// (internal/review/client: user info as basic auth to that origin only, no
 // redirect followed), and returns its body, streaming, and the URL as
 // messages show it.
 func openURL(ctx context.Context, raw string) (io.ReadCloser, string, error) {
-	review, err := reviewapi.New(raw, nil)
+	review, err := client.New(raw, nil)
 	if err != nil {
 		return nil, "", errors.New("the labels URL does not parse")
 	}
-	body, err := review.Open(ctx, reviewapi.NDJSON)
+	body, err := review.Open(ctx, client.NDJSON)
 	return body, review.Redacted(), err
 }
 

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"unicode"
 
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
 
 // FormatThreshold writes a threshold with at most 4 decimals, rounded up,

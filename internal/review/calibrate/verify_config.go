@@ -9,7 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
-	"github.com/systemone/systemone-gateway/internal/review/calibrate/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/certificate"
 	"github.com/systemone/systemone-gateway/policy/route"
 )
 

@@ -8,6 +8,13 @@ import (
 	"strings"
 )
 
+// The routes of a queued answer's question, as an entry and a `/labels`
+// line carry them.
+const (
+	RouteAuto  = "auto"
+	RouteHuman = "human"
+)
+
 // RouteReplay is the `route` of a `/labels` line written by `replay`: its
 // confidence and answer are the new version's, its draw (audit_p) the
 // original entry's.

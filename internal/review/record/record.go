@@ -1,10 +1,10 @@
 // Package record owns the formats the review loop's parts exchange: the
 // review stream's entry and its content entry, written by the gateway's
 // route queue (policy/route) and read by the review API
-// (handlers/review); the `/labels` line, written by the review API and
+// (internal/review/api); the `/labels` line, written by the review API and
 // read by `calibrate`, `verify` and `replay`; the stream entry id all of
-// them order by; and Agree, the one rule of whether a label agrees with
-// the model's answer. Every writer and reader goes through these types, so
+// them order by; the header that marks a replayed request; and Agree, the
+// one rule of whether a label agrees with the model's answer. Every writer and reader goes through these types, so
 // a field is named in one place.
 package record
 
@@ -13,6 +13,11 @@ import (
 	"strconv"
 	"strings"
 )
+
+// HeaderReplay is the request header, with the value "1", that marks a
+// request `replay` sends: the gateway routes it as any other, but neither
+// queues nor audits it.
+const HeaderReplay = "X-Systemone-Replay"
 
 // ID is a Redis stream entry id, "<milliseconds>-<sequence>": the order in
 // which entries were queued, fixed before any label exists.

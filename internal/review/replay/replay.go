@@ -34,9 +34,8 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/review/client"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/internal/reviewapi"
-	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // Defaults of the `replay` command.
@@ -59,7 +58,7 @@ const (
 )
 
 // HeaderReplay marks the replayed requests.
-const HeaderReplay = route.HeaderReplay
+const HeaderReplay = record.HeaderReplay
 
 // Options are a replay's parameters.
 type Options struct {
@@ -226,7 +225,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	if err := opts.setDefaults(); err != nil {
 		return Summary{}, err
 	}
-	review, err := reviewapi.New(opts.Review, opts.Client)
+	review, err := client.New(opts.Review, opts.Client)
 	if err != nil {
 		return Summary{}, errors.New("--review is not an http(s) URL")
 	}
@@ -236,12 +235,12 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx) // a failed write stops the reading too
 	defer cancel()
-	labels, err := review.Open(ctx, reviewapi.NDJSON, "labels")
+	labels, err := review.Open(ctx, client.NDJSON, "labels")
 	if err != nil {
 		return Summary{}, err
 	}
 	defer labels.Close()
-	r := &replayer{opts: opts, review: review, client: reviewapi.NoRedirect(opts.Client), endpoint: upstream.String()}
+	r := &replayer{opts: opts, review: review, client: client.NoRedirect(opts.Client), endpoint: upstream.String()}
 	// inOrder holds the entries read and not yet written, in /labels
 	// order; its bound is what keeps memory flat.
 	inOrder := make(chan *job, opts.Concurrency)
@@ -324,7 +323,7 @@ type result struct {
 
 type replayer struct {
 	opts   Options
-	review *reviewapi.Client
+	review *client.Client
 	// client is opts.Client, following no redirect.
 	client   *http.Client
 	endpoint string
@@ -358,24 +357,23 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 		return result{err: errors.New("the 200 answer is not an evaluation response")}
 	}
 
-	// The gateway's own reading of the answers (confidence |2p-1| for
-	// noul, the answer only when its confidence is readable).
-	questions := make([]evaluation.Question, len(e.lines))
-	for i, l := range e.lines {
-		questions[i] = evaluation.Question{ID: l.question, Type: l.typ}
-	}
-	d := reader.Decide(questions, resp, route.Signal{})
 	res := result{tokens: resp.InputTokens, model: resp.Model, lines: make([][]byte, len(e.lines))}
 	model, _ := json.Marshal(resp.Model)
 	rid, _ := json.Marshal(requestID)
 	for i, l := range e.lines {
-		q := d.Questions[i]
+		// The gateway's own reading of the answer (confidence |2p-1| for
+		// noul, the answer only when its confidence is readable).
+		var q evaluation.Reading
+		readable := false
+		if a, found := resp.Find(l.question); found {
+			q, readable = a.Read(l.typ)
+		}
 		confidence, answer := json.RawMessage("null"), json.RawMessage("null")
-		if q.HasConfidence {
+		if readable {
 			confidence, _ = json.Marshal(q.Confidence)
 		}
 		if q.HasAnswer {
-			if q.Type == evaluation.TypeChoice {
+			if l.typ == evaluation.TypeChoice {
 				answer, _ = json.Marshal(q.Choice)
 			} else {
 				answer, _ = json.Marshal(q.Answer)
@@ -400,16 +398,6 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 // rewritten are the fields replay sets on a `/labels` line, in the order a
 // line lacking them gets them.
 var rewritten = []string{"request_id", "model", "confidence", "answer", "agree", "route"}
-
-// reader reads answers as the gateway does: a Router with no pins, whose
-// Decide only reads.
-var reader = func() *route.Router {
-	r, err := route.New(route.Config{}, nil, "", nil)
-	if err != nil {
-		panic(err) // an empty config is valid
-	}
-	return r
-}()
 
 // send posts body, retrying 429, 529, other 5xx and transport errors up to
 // MaxAttempts in all, and returns the 200's decompressed body and its
@@ -444,9 +432,9 @@ func (r *replayer) send(ctx context.Context, body []byte) ([]byte, string, error
 			case resp.StatusCode >= 300 && resp.StatusCode < 400:
 				return nil, "", fmt.Errorf("answered %s: replay follows no redirect, so that the API key goes only to --upstream; give the URL that answers", resp.Status)
 			case !retryable(resp.StatusCode):
-				return nil, "", fmt.Errorf("answered %s: %s", resp.Status, reviewapi.Printable(text))
+				return nil, "", fmt.Errorf("answered %s: %s", resp.Status, client.Printable(text))
 			default:
-				last = fmt.Errorf("answered %s: %s", resp.Status, reviewapi.Printable(text))
+				last = fmt.Errorf("answered %s: %s", resp.Status, client.Printable(text))
 				wait = retryAfter(resp.Header, time.Now())
 			}
 		}

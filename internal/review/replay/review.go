@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/systemone/systemone-gateway/internal/review/client"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/internal/reviewapi"
 )
 
 // maxEntryBytes bounds the `/labels` lines of one entry held at once. An
@@ -79,9 +79,9 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 // the entry has none (stored without include_content, or trimmed from the
 // stream: 404). A body the review API returns as a JSON string (one that
 // was not plain JSON when stored) is that string's text.
-func storedRequest(ctx context.Context, review *reviewapi.Client, entry string) (request []byte, found bool, err error) {
-	body, err := review.Open(ctx, reviewapi.JSON, "items", entry)
-	if reviewapi.IsNotFound(err) {
+func storedRequest(ctx context.Context, review *client.Client, entry string) (request []byte, found bool, err error) {
+	body, err := review.Open(ctx, client.JSON, "items", entry)
+	if client.IsNotFound(err) {
 		return nil, false, nil
 	}
 	if err != nil {

@@ -1,0 +1,179 @@
+package monitor
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Ledger is the monitor's bookkeeping in process, the tests' reference
+// model of the Lua: what the scripts do in Redis (guarantee_note,
+// guarantee_take, guarantee_reset in Library), step by step, over maps
+// instead of keys. The simulations of the monitor run on it, and a test
+// replays random operations through both and compares every state. Not
+// safe for concurrent use.
+type Ledger struct {
+	Params Params
+	// States and Alarms are the state hash and the alarm set.
+	States map[string]State
+	Alarms map[string]bool
+	// pending: entry -> its observation so far; due: entry -> when it is
+	// taken (any clock's unit, milliseconds in Redis).
+	pending map[string]*pendingEntry
+	taken   map[string]bool
+	seen    map[string]bool
+	order   []string // Take's buffer
+}
+
+type pendingEntry struct {
+	due       int64
+	requestID string
+	questions []QuestionLabel // an entry holds few: a slice beats a map
+}
+
+// QuestionLabel is the current label of one labelled auto question of an
+// audited entry: its group's Member and whether the label agrees.
+type QuestionLabel struct {
+	Question, Member string
+	Agree            bool
+}
+
+// Taken is the state of a group after an observation, and whether that
+// observation raised its alarm.
+type Taken struct {
+	Member string
+	State  State
+	Raised bool
+}
+
+// NewLedger returns an empty ledger for the monitor p.
+func NewLedger(p Params) *Ledger {
+	return &Ledger{Params: p, States: map[string]State{}, Alarms: map[string]bool{},
+		pending: map[string]*pendingEntry{}, taken: map[string]bool{}, seen: map[string]bool{}}
+}
+
+// Note records the current label of a question of entry (an id whose byte
+// order is entry order: the store's fixed-width member), made at a time
+// whose entry will be taken at due when it is its first label. A later
+// label of the same question replaces it until the entry is taken; a label
+// after that changes nothing.
+func (l *Ledger) Note(entry string, due int64, requestID string, q QuestionLabel) {
+	if l.taken[entry] {
+		return
+	}
+	p := l.pending[entry]
+	if p == nil {
+		p = &pendingEntry{due: due, requestID: requestID}
+		l.pending[entry] = p
+	}
+	for i := range p.questions {
+		if p.questions[i].Question == q.Question {
+			p.questions[i] = q
+			return
+		}
+	}
+	p.questions = append(p.questions, q)
+}
+
+// Take observes, in entry order, the pending entries that are due at now,
+// stopping at the first that is not (so that an entry labelled later than
+// a newer one but within settle still comes first), at most limit of them.
+// Each entry is one observation of each group among its questions: its
+// questions' agreeing and labelled counts, a question whose (model,
+// request id, question) was counted before left out. It returns the
+// number of entries taken and the groups observed.
+func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
+	// The oldest pending entry first: when it is not due, nothing is taken
+	// (the common case, and the cheap one).
+	oldest := ""
+	for e := range l.pending {
+		if oldest == "" || e < oldest {
+			oldest = e
+		}
+	}
+	if oldest == "" || l.pending[oldest].due > now {
+		return 0, nil
+	}
+	entries := l.order[:0]
+	for e := range l.pending {
+		entries = append(entries, e)
+	}
+	slices.Sort(entries)
+	l.order = entries
+	var out []Taken
+	n := 0
+	for _, e := range entries {
+		if n == limit {
+			break
+		}
+		p := l.pending[e]
+		if p.due > now {
+			break
+		}
+		n++
+		delete(l.pending, e)
+		l.taken[e] = true
+		var counts []groupCount
+		for _, q := range p.questions {
+			_, model, _ := strings.Cut(q.Member, ":")
+			if p.requestID != "" {
+				key := strconv.Itoa(len(model)) + ":" + model + strconv.Itoa(len(p.requestID)) + ":" + p.requestID + q.Question
+				if l.seen[key] {
+					continue
+				}
+				l.seen[key] = true
+			}
+			i := slices.IndexFunc(counts, func(c groupCount) bool { return c.member == q.Member })
+			if i < 0 {
+				i = len(counts)
+				counts = append(counts, groupCount{member: q.Member})
+			}
+			counts[i].labels++
+			if q.Agree {
+				counts[i].agree++
+			}
+		}
+		slices.SortFunc(counts, func(a, b groupCount) int { return strings.Compare(a.member, b.member) })
+		for _, c := range counts {
+			s, raised := Update(l.Params, l.state(c.member), c.agree, c.labels)
+			l.States[c.member] = s
+			if raised {
+				l.Alarms[c.member] = true
+			}
+			out = append(out, Taken{Member: c.member, State: s, Raised: raised})
+		}
+	}
+	return n, out
+}
+
+// groupCount is an entry's labelled and agreeing questions of one group.
+type groupCount struct {
+	member        string
+	agree, labels int64
+}
+
+// state is a group's stored state, or the fresh one (in alarm when the
+// alarm set holds the group without a state).
+func (l *Ledger) state(m string) State {
+	if s, ok := l.States[m]; ok {
+		return s
+	}
+	s := Fresh(l.Params.Target)
+	s.Alarm = l.Alarms[m]
+	return s
+}
+
+// Reset starts the group's next sequence, alarm cleared; false for a group
+// with neither a state nor an alarm.
+func (l *Ledger) Reset(m string) (State, bool) {
+	if _, ok := l.States[m]; !ok && !l.Alarms[m] {
+		return State{}, false
+	}
+	s := l.state(m).Restarted(l.Params.Target)
+	l.States[m] = s
+	delete(l.Alarms, m)
+	return s, true
+}
+
+// Pending is the number of entries awaiting their observation.
+func (l *Ledger) Pending() int { return len(l.pending) }

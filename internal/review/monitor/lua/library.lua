@@ -1,0 +1,125 @@
+-- The monitor's functions, which each script that uses them starts with
+-- (scripts.go names them and their arguments).
+local function guarantee_fmt(v) return string.format('%.17g', v) end
+local function guarantee_encode(t, seq, e, n, k, ev, bet, curv, alarm)
+  return guarantee_fmt(t) .. ' ' .. string.format('%d', seq) .. ' ' .. string.format('%d', e) .. ' ' ..
+    string.format('%d', n) .. ' ' .. string.format('%d', k) .. ' ' .. guarantee_fmt(ev) .. ' ' ..
+    guarantee_fmt(bet) .. ' ' .. guarantee_fmt(curv) .. ' ' .. alarm
+end
+local function guarantee_fresh(target)
+  return guarantee_encode(target, 1, 0, 0, 0, 1, 0, 1, '0')
+end
+local function guarantee_fields(state)
+  local f = {}
+  for w in string.gmatch(state, '%S+') do f[#f + 1] = w end
+  return tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), tonumber(f[7]), tonumber(f[8]), f[9]
+end
+local function guarantee_next_sequence(seq)
+  if seq + 1 > 1000 then return 1000 end
+  return seq + 1
+end
+local function guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
+  local t, seq, e, n, k, ev, bet, curv, alarm = target, 1, 0, 0, 0, 1, 0, 1, '0'
+  if state and state ~= '' then
+    t, seq, e, n, k, ev, bet, curv, alarm = guarantee_fields(state)
+  end
+  if t ~= target then
+    t, seq, e, n, k, ev, bet, curv = target, guarantee_next_sequence(seq), 0, 0, 0, 1, 0, 1
+  end
+  e = e + 1
+  n = n + labels
+  k = k + agree
+  local x = agree / labels
+  local y = target - x
+  local f = 1 + bet * y
+  ev = ev * f
+  if ev > 1e300 then ev = 1e300 end
+  local z = y / f
+  curv = curv + z * z
+  bet = bet + gain * z / curv
+  if bet < 0 then bet = 0 elseif bet > max_bet then bet = max_bet end
+  local raised = false
+  local level = alpha / (2 ^ seq)
+  if alarm == '0' and ev >= 1 / level then alarm = '1'; raised = true end
+  return guarantee_encode(t, seq, e, n, k, ev, bet, curv, alarm), raised
+end
+local function guarantee_note(K, entry, due, request_id, question, member, agree)
+  if redis.call('SISMEMBER', K[7], entry) == 1 then return end
+  local raw = redis.call('HGET', K[6], entry)
+  local o
+  if raw then o = cjson.decode(raw) else o = {r = request_id, q = {}} end
+  o.q['q' .. question] = {agree, member}
+  redis.call('HSET', K[6], entry, cjson.encode(o))
+  redis.call('ZADD', K[4], 0, entry)
+  redis.call('HSETNX', K[5], entry, due)
+end
+local function guarantee_state(K, member, target)
+  local state = redis.call('HGET', K[1], member)
+  if not state and redis.call('SISMEMBER', K[2], member) == 1 then
+    -- An alarm that outlived its state (restored by a gateway after
+    -- Redis lost its data) stays raised.
+    local _, seq, e, n, k, ev, bet, curv = guarantee_fields(guarantee_fresh(target))
+    state = guarantee_encode(target, seq, e, n, k, ev, bet, curv, '1')
+  end
+  return state
+end
+local function guarantee_take(K, now, limit, target, alpha, max_bet, gain)
+  local entries = redis.call('ZRANGE', K[4], '-', '+', 'BYLEX', 'LIMIT', 0, limit)
+  local taken, out = 0, {}
+  for _, entry in ipairs(entries) do
+    local due = tonumber(redis.call('HGET', K[5], entry))
+    if due and due > now then break end
+    taken = taken + 1
+    local raw = redis.call('HGET', K[6], entry)
+    redis.call('ZREM', K[4], entry)
+    redis.call('HDEL', K[5], entry)
+    redis.call('HDEL', K[6], entry)
+    redis.call('SADD', K[7], entry)
+    if raw then
+      local o = cjson.decode(raw)
+      local counts, members = {}, {}
+      for q, v in pairs(o.q) do
+        local member = v[2]
+        local model = string.match(member, '^[^:]*:(.*)$')
+        local first = true
+        if o.r ~= '' then
+          first = redis.call('SADD', K[8], #model .. ':' .. model .. #o.r .. ':' .. o.r .. string.sub(q, 2)) == 1
+        end
+        if first then
+          if counts[member] == nil then
+            counts[member] = {0, 0}
+            members[#members + 1] = member
+          end
+          counts[member][1] = counts[member][1] + v[1]
+          counts[member][2] = counts[member][2] + 1
+        end
+      end
+      table.sort(members)
+      for _, member in ipairs(members) do
+        local state, raised = guarantee_update(guarantee_state(K, member, target), counts[member][1], counts[member][2], target, alpha, max_bet, gain)
+        redis.call('HSET', K[1], member, state)
+        local r = '0'
+        if raised then
+          redis.call('SADD', K[2], member)
+          r = '1'
+        end
+        out[#out + 1] = member
+        out[#out + 1] = state
+        out[#out + 1] = r
+      end
+    end
+  end
+  table.insert(out, 1, tostring(taken))
+  return out
+end
+local function guarantee_reset(K, member, target, token)
+  local state = guarantee_state(K, member, target)
+  if not state then return false end
+  local _, seq = guarantee_fields(state)
+  local _, _, e, n, k, ev, bet, curv = guarantee_fields(guarantee_fresh(target))
+  state = guarantee_encode(target, guarantee_next_sequence(seq), e, n, k, ev, bet, curv, '0')
+  redis.call('HSET', K[1], member, state)
+  redis.call('SREM', K[2], member)
+  redis.call('HSET', K[3], member, token)
+  return state
+end

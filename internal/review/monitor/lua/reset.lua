@@ -1,0 +1,1 @@
+return guarantee_reset(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3])

@@ -1,0 +1,5 @@
+//go:build !race
+
+package monitor
+
+const raceEnabled = false

@@ -1,0 +1,117 @@
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/systemone/systemone-gateway/internal/redistest"
+)
+
+// noteScript notes one label, as the review API's label script does; the
+// test drives it with the store's own take and reset scripts.
+var noteScript = redis.NewScript(Library + `
+guarantee_note(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))
+return 1`)
+
+// Exact replay: random notes (first labels, corrections, duplicates of a
+// request id, questions of two groups per entry, labels after an entry
+// was taken), takes at moving times with small limits, and resets, run
+// through the Redis scripts and through the Ledger, give the same entries
+// taken, the same states bit for bit and the same alarms, at several
+// targets and alphas, crossing alarms and resets.
+func TestLuaMatchesLedger(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	members := []string{"noul:m:1", "choice:m:1", "noul@acme:m:1", "score:other"}
+	for c, params := range []Params{{0.9, 0.05}, {0.95, 0.05}, {0.8, 0.01}, {0.999, 0.2}, {0.123456789, 0.0333}} {
+		rng := rand.New(rand.NewPCG(5, uint64(c)))
+		keys := LuaKeys(fmt.Sprintf("case%d:", c))
+		args := LuaArgs(params)
+		ledger := NewLedger(params)
+		p := params.Target * (0.5 + 0.5*rng.Float64())
+		now, alarms, resets := int64(0), 0, 0
+		for step := range 3000 {
+			switch op := rng.IntN(40); {
+			case op < 28: // a label
+				entry := fmt.Sprintf("%08d", rng.IntN(step/3+1))
+				rid := fmt.Sprint("r", rng.IntN(step/2+1))
+				if rng.IntN(10) == 0 {
+					rid = ""
+				}
+				q := QuestionLabel{Question: fmt.Sprint("q", rng.IntN(4)), Member: members[rng.IntN(len(members))], Agree: rng.Float64() < p}
+				due := now + int64(rng.IntN(3))*10
+				ledger.Note(entry, due, rid, q)
+				agree := "0"
+				if q.Agree {
+					agree = "1"
+				}
+				if err := noteScript.Run(ctx, client, keys, entry, due, rid, q.Question, q.Member, agree).Err(); err != nil {
+					t.Fatal(err)
+				}
+			case op < 39: // a take
+				now += int64(rng.IntN(15))
+				limit := 1 + rng.IntN(5)
+				n, taken := ledger.Take(now, limit)
+				out, err := takeScript.Run(ctx, client, keys, append([]string{strconv.FormatInt(now, 10), strconv.Itoa(limit)}, args...)).StringSlice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := []string{strconv.Itoa(n)}
+				for _, tk := range taken {
+					want = append(want, tk.Member, tk.State.Encode(), map[bool]string{true: "1", false: "0"}[tk.Raised])
+					if tk.Raised {
+						alarms++
+					}
+				}
+				if !slices.Equal(out, want) {
+					t.Fatalf("params %+v, step %d: take\nLua %q\nGo  %q", params, step, out, want)
+				}
+			default: // a reset
+				m := members[rng.IntN(len(members))]
+				s, found := ledger.Reset(m)
+				out, err := resetScript.Run(ctx, client, keys, m, args[0], "token").Text()
+				if found != (err == nil) || found && out != s.Encode() {
+					t.Fatalf("params %+v, step %d: reset %s: Lua %q (%v), Go %q (%v)", params, step, m, out, err, s.Encode(), found)
+				}
+				if found {
+					resets++
+				}
+			}
+		}
+		states, err := client.HGetAll(ctx, keys[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for m, s := range ledger.States {
+			want[m] = s.Encode()
+		}
+		if !maps.Equal(states, want) {
+			t.Fatalf("params %+v: states\nLua %v\nGo  %v", params, states, want)
+		}
+		inAlarm, _ := client.SMembers(ctx, keys[1]).Result()
+		slices.Sort(inAlarm)
+		if wantAlarm := slices.Sorted(maps.Keys(ledger.Alarms)); !slices.Equal(inAlarm, wantAlarm) {
+			t.Fatalf("params %+v: alarms Lua %v, Go %v", params, inAlarm, wantAlarm)
+		}
+		pending, _ := client.ZCard(ctx, keys[3]).Result()
+		if int(pending) != ledger.Pending() {
+			t.Fatalf("params %+v: pending Lua %d, Go %d", params, pending, ledger.Pending())
+		}
+		t.Logf("params %+v: equal over 3,000 operations (%d alarms raised, %d resets, %d pending)", params, alarms, resets, pending)
+	}
+	// Lua's fresh state is Go's.
+	fresh := redis.NewScript(Library + `return guarantee_fresh(tonumber(ARGV[1]))`)
+	if v, err := fresh.Run(ctx, client, nil, "0.9").Text(); err != nil || v != Fresh(0.9).Encode() {
+		t.Fatalf("fresh: Lua %q (%v), Go %q", v, err, Fresh(0.9).Encode())
+	}
+}

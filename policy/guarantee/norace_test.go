@@ -1,5 +1,0 @@
-//go:build !race
-
-package guarantee
-
-const raceEnabled = false
