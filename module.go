@@ -33,7 +33,7 @@ func init() {
 	caddy.RegisterModule(handlers.Handler{})
 	caddy.RegisterModule(handlers.Health{})
 	caddyfile.Register()
-	for _, c := range append(calibrate.Commands(), replay.Command()) {
+	for _, c := range append(calibrate.Commands(caddyfile.CertificateMismatches), replay.Command()) {
 		caddycmd.RegisterCommand(c)
 	}
 }

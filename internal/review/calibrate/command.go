@@ -15,8 +15,10 @@ import (
 )
 
 // Commands returns the `calibrate` and `verify` subcommands, for the
-// binary to register (caddycmd.RegisterCommand) beside its modules.
-func Commands() []caddycmd.Command {
+// binary to register (caddycmd.RegisterCommand) beside its modules;
+// check is what `verify --config` compares a Caddyfile with (nil: the
+// option answers that it is not available).
+func Commands(check ConfigCheck) []caddycmd.Command {
 	return []caddycmd.Command{{
 		Name:  "calibrate",
 		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--certificates <file>] [--json] <labels>",
@@ -89,7 +91,7 @@ With --config, <labels> is optional.
 A certificates file that is empty, not a regular file or over 16 MiB is an
 error (exit status 1).
 `,
-		CobraFunc: setUpVerify,
+		CobraFunc: func(cmd *cobra.Command) { setUpVerify(cmd, check) },
 	}}
 }
 
@@ -205,7 +207,7 @@ func writeCertificates(path string, res *Result, opts Options, raw [][]byte) err
 	return certificate.WriteFile(path, certs)
 }
 
-func setUpVerify(cmd *cobra.Command) {
+func setUpVerify(cmd *cobra.Command, check ConfigCheck) {
 	cmd.Flags().String("certificates", "", "the certificates file calibrate --certificates wrote (required)")
 	cmd.Flags().String("config", "", "a Caddyfile whose route blocks' cert ids to compare with the certificates")
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
@@ -215,11 +217,11 @@ func setUpVerify(cmd *cobra.Command) {
 		}
 		return nil
 	}
-	cmd.RunE = runVerify
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return runVerify(cmd, args, check) }
 	cli.SetUp(cmd, `docs/calibration.md, "Per organization (--by org), certificates and verify"`)
 }
 
-func runVerify(cmd *cobra.Command, args []string) error {
+func runVerify(cmd *cobra.Command, args []string, check ConfigCheck) error {
 	path, _ := cmd.Flags().GetString("certificates")
 	if path == "" {
 		return cli.Usagef("--certificates is required: the file calibrate --certificates wrote")
@@ -230,7 +232,7 @@ func runVerify(cmd *cobra.Command, args []string) error {
 	}
 	mismatches := 0
 	if config, _ := cmd.Flags().GetString("config"); config != "" {
-		if mismatches, err = verifyConfig(cmd.OutOrStdout(), config, certs, path); err != nil {
+		if mismatches, err = verifyConfig(cmd.OutOrStdout(), check, config, certs, path); err != nil {
 			return err
 		}
 	}

@@ -285,7 +285,7 @@ func TestCommandErrors(t *testing.T) {
 // register; registering them is the binary's (see the root module_test.go).
 func TestCommands(t *testing.T) {
 	byName := map[string]caddycmd.Command{}
-	for _, c := range Commands() {
+	for _, c := range Commands(nil) {
 		byName[c.Name] = c
 	}
 	if cmd := byName["calibrate"]; cmd.CobraFunc == nil || !strings.Contains(cmd.Usage, "--target <agreement>") {

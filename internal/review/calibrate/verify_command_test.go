@@ -62,7 +62,7 @@ func TestCertificatesCommands(t *testing.T) {
 func verifyCommand(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := &cobra.Command{Use: "verify", SilenceUsage: true, SilenceErrors: true}
-	setUpVerify(cmd)
+	setUpVerify(cmd, nil)
 	var out, errb bytes.Buffer
 	cmd.SetArgs(args)
 	cmd.SetOut(&out)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/systemone/systemone-gateway/caddyfile"
 	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 	"github.com/systemone/systemone-gateway/internal/review/certificate"
 )
@@ -85,7 +86,7 @@ func write(t *testing.T, dir, name, text string) string {
 // returns what it wrote to standard output.
 func runVerify(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	for _, c := range calibrate.Commands() {
+	for _, c := range calibrate.Commands(caddyfile.CertificateMismatches) {
 		if c.Name != "verify" {
 			continue
 		}
