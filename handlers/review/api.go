@@ -192,6 +192,8 @@ func (h *Handler) getItem(w http.ResponseWriter, r *http.Request, rawID string) 
 type labelsBody struct {
 	labels   []member
 	reviewer string
+	// pass is true for `{"pass": true}`: the entry cannot be judged.
+	pass bool
 }
 
 func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string) {
@@ -229,9 +231,29 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		writeDetail(w, http.StatusNotFound, "not_found")
 		return
 	}
-	lines, errs := labelLines(&e, body, requestKinds(e.Request), h.clock()().UTC().Format(time.RFC3339Nano))
+	now := h.clock()()
+	lines, errs := labelLines(&e, body, requestKinds(e.Request), now.UTC().Format(time.RFC3339Nano))
 	if errs.any() {
 		errs.write(w)
+		return
+	}
+	late, err := h.isLate(r.Context(), &e, now)
+	if err != nil {
+		h.storeFailed(w, "put", err)
+		return
+	}
+	if late {
+		// Taken as evidence already: the sequence stays as it was taken.
+		// The correction is kept apart, counted and logged.
+		if err := h.store.putLate(r.Context(), id, lines); err != nil {
+			h.storeFailed(w, "put", err)
+			return
+		}
+		if ce := h.logger.Check(zap.WarnLevel, "late correction: the entry was taken as evidence before it; counted in late_corrections, the evidence unchanged"); ce != nil {
+			ce.Write(zap.String("entry", e.ID), zap.String("model", e.Model), zap.Int("questions", len(lines)), zap.Duration("correct_within", h.correctWithin()))
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	writes := make([]labelWrite, len(lines))
@@ -259,7 +281,9 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		return
 	}
 	for _, rec := range lines {
-		h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
+		if !rec.Pass {
+			h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
+		}
 	}
 	w.Header().Set("Cache-Control", "no-store") // like every API answer
 	if h.monitor != nil && h.monitor.settle == 0 {
