@@ -272,11 +272,12 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 			writes[i].group = &g
 		}
 	}
-	var due time.Time
+	var due, at time.Time
 	if h.monitor != nil {
-		due = h.monitor.now().Add(h.monitor.settle)
+		at = h.monitor.now()
+		due = at.Add(h.monitor.settle)
 	}
-	if err := h.store.put(r.Context(), id, e.RequestID, writes, h.monitor != nil, due); err != nil {
+	if err := h.store.put(r.Context(), id, e.RequestID, writes, h.monitor != nil, due, monitorQuestions(&e), at); err != nil {
 		h.storeFailed(w, "put", err)
 		return
 	}
@@ -286,9 +287,10 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store") // like every API answer
-	if h.monitor != nil && h.monitor.settle == 0 {
-		// settle 0s: the observation is taken at once, before the answer.
-		updates, err := h.store.take(r.Context(), h.monitor.now(), h.monitor.params)
+	if h.monitor != nil && h.monitor.settle == 0 && h.correctWithin() == 0 {
+		// settle 0s and correct_within 0s: the observation is taken at
+		// once, before the answer.
+		updates, err := h.store.take(r.Context(), h.monitor.now(), h.monitor.params, h.correctWithin())
 		h.observed(updates)
 		if err != nil {
 			h.storeFailed(w, "put", err) // the labels are stored; the next take observes them

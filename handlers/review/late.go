@@ -30,7 +30,7 @@ import (
 
 // isLate reports whether a PUT on e, now, corrects an entry already taken
 // as evidence: audited, every question with a stored label, the newest
-// at least correct_within old.
+// at least correct_within old (and the monitor's settle, when longer).
 func (h *Handler) isLate(ctx context.Context, e *record.Entry, now time.Time) (bool, error) {
 	if !e.Audit {
 		return false, nil
@@ -57,7 +57,13 @@ func (h *Handler) isLate(ctx context.Context, e *record.Entry, now time.Time) (b
 			newest = at
 		}
 	}
-	return !newest.IsZero() && now.Sub(newest) >= h.correctWithin(), nil
+	window := h.correctWithin()
+	if h.monitor != nil {
+		// The monitor takes an entry once settle has passed too: until
+		// then a correction replaces the label for it as well.
+		window = max(window, h.monitor.settle)
+	}
+	return !newest.IsZero() && now.Sub(newest) >= window, nil
 }
 
 func (s *store) lateKey() string               { return s.base + "late" }

@@ -54,6 +54,8 @@ type store struct {
 	// guarantee), under the same hash tag as the labels.
 	stateKey, alarmKey string
 	timeout            time.Duration
+	// cursor is where the monitor's horizon search starts (horizon.go).
+	cursor horizonCursor
 }
 
 func newStore(client redis.UniversalClient, prefix, stream string) *store {
@@ -170,15 +172,16 @@ func (s *store) monitorKeys() []string { return guarantee.LuaKeys(s.base) }
 // label is never stored without its note or the reverse.
 //
 //	KEYS: entry hash, labeled index, then guarantee.LuaKeys
-//	ARGV: index member, monitor on (1|0), due (Unix ms), request id, then
-//	      per label: question id, record, group member ("" for none), agree (1|0)
+//	ARGV: index member, monitor on (1|0), due (Unix ms), request id, the
+//	      entry's questions that feed a group, now (Unix ms), then per
+//	      label: question id, record, group member ("" for none), agree (1|0)
 var putScript = redis.NewScript(guarantee.LuaUpdate + `
 local K = {KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]}
-local on, due, rid = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
-for i = 5, #ARGV, 4 do
+local on, due, rid, total, at = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+for i = 7, #ARGV, 4 do
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   if on and ARGV[i + 2] ~= '' then
-    guarantee_note(K, ARGV[1], due, rid, ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3]))
+    guarantee_note(K, ARGV[1], due, rid, ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3]), total, at)
   end
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
@@ -188,8 +191,10 @@ return 1
 // put stores the label records of entry id in the order given, replacing
 // those of the same questions and keeping the others, indexes the entry,
 // and with the monitor on notes the labels that feed a group, the entry
-// to be observed at due (when this is its first label), in one script.
-func (s *store) put(ctx context.Context, id record.ID, requestID string, writes []labelWrite, monitorOn bool, due time.Time) error {
+// to be observed at due (when this is its first label) once total of its
+// questions that feed a group are labelled and the window has passed
+// since now, its newest label, in one script.
+func (s *store) put(ctx context.Context, id record.ID, requestID string, writes []labelWrite, monitorOn bool, due time.Time, total int, now time.Time) error {
 	if len(writes) == 0 {
 		return nil
 	}
@@ -199,8 +204,8 @@ func (s *store) put(ctx context.Context, id record.ID, requestID string, writes 
 	if monitorOn {
 		on = "1"
 	}
-	args := make([]any, 0, 4+4*len(writes))
-	args = append(args, indexMember(id), on, due.UnixMilli(), requestID)
+	args := make([]any, 0, 6+4*len(writes))
+	args = append(args, indexMember(id), on, due.UnixMilli(), requestID, total, now.UnixMilli())
 	for _, w := range writes {
 		group, agree := "", "0"
 		if w.group != nil {
@@ -217,24 +222,32 @@ func (s *store) put(ctx context.Context, id record.ID, requestID string, writes 
 
 // takeScript observes the pending entries due at now, in entry order
 // (guarantee_take): KEYS guarantee.LuaKeys; ARGV now (Unix ms), limit,
-// guarantee.LuaArgs. It returns the number of entries taken, then per
+// guarantee.LuaArgs, the correction window (ms), the horizon (the index
+// member of the first audited entry with auto questions and no label, ""
+// for none). It returns the number of entries taken, then per
 // group observed: member, state, raised (1|0). Every instance may run it
 // at any time: it is atomic, so each entry is observed exactly once.
 var takeScript = redis.NewScript(guarantee.LuaUpdate + `
-return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
 `)
 
 // takeBatch is how many entries one take script observes at most, so
 // that a backlog never holds Redis for long.
 const takeBatch = 200
 
-// take observes every pending entry due at now, in batches, and returns
-// the groups observed.
-func (s *store) take(ctx context.Context, now time.Time, p guarantee.Params) ([]groupUpdate, error) {
+// take observes every pending entry due at now, complete and older than
+// window, before the first audited entry with no label, in batches, and
+// returns the groups observed.
+func (s *store) take(ctx context.Context, now time.Time, p guarantee.Params, window time.Duration) ([]groupUpdate, error) {
+	horizon, err := s.horizon(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var updates []groupUpdate
 	for {
 		step, cancel := context.WithTimeout(ctx, s.timeout)
 		args := append([]any{now.UnixMilli(), takeBatch}, anys(guarantee.LuaArgs(p))...)
+		args = append(args, window.Milliseconds(), horizon)
 		out, err := takeScript.Run(step, s.client, s.monitorKeys(), args...).StringSlice()
 		cancel()
 		if err != nil {

@@ -7,15 +7,15 @@ import "strconv"
 //
 //	guarantee_fresh(target)
 //	guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
-//	guarantee_note(K, entry, due, request_id, question, member, agree)
-//	guarantee_take(K, now, limit, target, alpha, max_bet, gain)
+//	guarantee_note(K, entry, due, request_id, question, member, agree, total, at)
+//	guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon)
 //	guarantee_reset(K, member, target, token)
 //
 // guarantee_update is Update step by step: it takes a stored state (false
 // or "" for a group never seen), the entry's agreeing and labelled
 // question counts and the monitor's numbers from LuaArgs (as numbers), and
 // returns the new state string and whether this observation raised the
-// alarm. The other three are Ledger's Note, Take and Reset over the Redis
+// alarm. The other three are Ledger's NoteOf, Take and Reset over the Redis
 // layout (keys.go); K is the table LuaKeys' keys fill, in order: state,
 // alarms, resets, pending, due, obs, taken, seen.
 var LuaUpdate = `
@@ -62,12 +62,14 @@ local function guarantee_update(state, agree, labels, target, alpha, max_bet, ga
   if alarm == '0' and ev >= 1 / level then alarm = '1'; raised = true end
   return guarantee_encode(t, seq, e, n, k, ev, bet, curv, alarm), raised
 end
-local function guarantee_note(K, entry, due, request_id, question, member, agree)
+local function guarantee_note(K, entry, due, request_id, question, member, agree, total, at)
   if redis.call('SISMEMBER', K[7], entry) == 1 then return end
   local raw = redis.call('HGET', K[6], entry)
   local o
   if raw then o = cjson.decode(raw) else o = {r = request_id, q = {}} end
   o.q['q' .. question] = {agree, member}
+  o.n = total or 0
+  o.t = math.max(o.t or 0, at or 0)
   redis.call('HSET', K[6], entry, cjson.encode(o))
   redis.call('ZADD', K[4], 0, entry)
   redis.call('HSETNX', K[5], entry, due)
@@ -82,14 +84,22 @@ local function guarantee_state(K, member, target)
   end
   return state
 end
-local function guarantee_take(K, now, limit, target, alpha, max_bet, gain)
+local function guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon)
   local entries = redis.call('ZRANGE', K[4], '-', '+', 'BYLEX', 'LIMIT', 0, limit)
   local taken, out = 0, {}
+  window, horizon = window or 0, horizon or ''
   for _, entry in ipairs(entries) do
     local due = tonumber(redis.call('HGET', K[5], entry))
     if due and due > now then break end
-    taken = taken + 1
+    if horizon ~= '' and entry >= horizon then break end
     local raw = redis.call('HGET', K[6], entry)
+    if raw then
+      local o = cjson.decode(raw)
+      local noted = 0
+      for _ in pairs(o.q) do noted = noted + 1 end
+      if noted < (o.n or 0) or now - (o.t or 0) < window then break end
+    end
+    taken = taken + 1
     redis.call('ZREM', K[4], entry)
     redis.call('HDEL', K[5], entry)
     redis.call('HDEL', K[6], entry)

@@ -18,10 +18,10 @@ import (
 // numbers, as the review handler's scripts call them.
 var (
 	noteScript = redis.NewScript(LuaUpdate + `
-guarantee_note(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))
+guarantee_note(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
 return 1`)
 	takeScript = redis.NewScript(LuaUpdate + `
-return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))`)
+return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])`)
 	resetScript = redis.NewScript(LuaUpdate + `
 return guarantee_reset(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3])`)
 )
@@ -55,19 +55,36 @@ func TestLuaMatchesLedger(t *testing.T) {
 				}
 				q := QuestionLabel{Question: fmt.Sprint("q", rng.IntN(4)), Member: members[rng.IntN(len(members))], Agree: rng.Float64() < p}
 				due := now + int64(rng.IntN(3))*10
-				ledger.Note(entry, due, rid, q)
+				// An entry of one or two questions that feed a group,
+				// complete once both are noted (in the later cases).
+				total := 0
+				if c >= 2 {
+					n, _ := strconv.Atoi(entry)
+					total = 1 + n%2
+				}
+				ledger.NoteOf(entry, due, rid, total, now, q)
 				agree := "0"
 				if q.Agree {
 					agree = "1"
 				}
-				if err := noteScript.Run(ctx, client, keys, entry, due, rid, q.Question, q.Member, agree).Err(); err != nil {
+				if err := noteScript.Run(ctx, client, keys, entry, due, rid, q.Question, q.Member, agree, total, now).Err(); err != nil {
 					t.Fatal(err)
 				}
 			case op < 39: // a take
 				now += int64(rng.IntN(15))
 				limit := 1 + rng.IntN(5)
+				// A correction window, and a horizon (the first entry
+				// with no label) in the later cases.
+				if c >= 2 {
+					ledger.Window = 7
+					ledger.Horizon = ""
+					if rng.IntN(3) == 0 {
+						ledger.Horizon = fmt.Sprintf("%08d", rng.IntN(step/3+1))
+					}
+				}
 				n, taken := ledger.Take(now, limit)
-				out, err := takeScript.Run(ctx, client, keys, append([]string{strconv.FormatInt(now, 10), strconv.Itoa(limit)}, args...)).StringSlice()
+				out, err := takeScript.Run(ctx, client, keys, append(append([]string{strconv.FormatInt(now, 10), strconv.Itoa(limit)}, args...),
+					strconv.FormatInt(ledger.Window, 10), ledger.Horizon)).StringSlice()
 				if err != nil {
 					t.Fatal(err)
 				}
