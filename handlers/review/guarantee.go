@@ -190,6 +190,8 @@ func (h *Handler) startMonitor(reg prometheus.Registerer) error {
 	if err := params.Validate(); err != nil {
 		return err
 	}
+	// Each entry weighed against max_questions: every answer the same.
+	params.MaxQuestions = h.maxQuestions()
 	if h.Monitor.settle() < 0 {
 		return errors.New("settle must not be negative")
 	}

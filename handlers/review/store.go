@@ -224,11 +224,11 @@ func (s *store) put(ctx context.Context, id record.ID, requestID string, writes 
 // (guarantee_take): KEYS guarantee.LuaKeys; ARGV now (Unix ms), limit,
 // guarantee.LuaArgs, the correction window (ms), the horizon (the index
 // member of the first audited entry with auto questions and no label, ""
-// for none). It returns the number of entries taken, then per
+// for none), max_questions. It returns the number of entries taken, then per
 // group observed: member, state, raised (1|0). Every instance may run it
 // at any time: it is atomic, so each entry is observed exactly once.
 var takeScript = redis.NewScript(guarantee.LuaUpdate + `
-return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
+return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]))
 `)
 
 // takeBatch is how many entries one take script observes at most, so
@@ -247,7 +247,7 @@ func (s *store) take(ctx context.Context, now time.Time, p guarantee.Params, win
 	for {
 		step, cancel := context.WithTimeout(ctx, s.timeout)
 		args := append([]any{now.UnixMilli(), takeBatch}, anys(guarantee.LuaArgs(p))...)
-		args = append(args, window.Milliseconds(), horizon)
+		args = append(args, window.Milliseconds(), horizon, p.MaxQuestions)
 		out, err := takeScript.Run(step, s.client, s.monitorKeys(), args...).StringSlice()
 		cancel()
 		if err != nil {

@@ -19,6 +19,9 @@ type Ledger struct {
 	// it, so that the evidence is the complete prefix.
 	Window  int64
 	Horizon string
+	// Refused counts, per group, the entries with more of its questions
+	// than Params.MaxQuestions: not observed.
+	Refused map[string]int
 
 	Params Params
 	// States and Alarms are the state hash and the alarm set.
@@ -155,6 +158,13 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 		}
 		slices.SortFunc(counts, func(a, b groupCount) int { return strings.Compare(a.member, b.member) })
 		for _, c := range counts {
+			if l.Params.MaxQuestions > 0 && c.labels > int64(l.Params.MaxQuestions) {
+				if l.Refused == nil {
+					l.Refused = map[string]int{}
+				}
+				l.Refused[c.member]++
+				continue
+			}
 			s, raised := Update(l.Params, l.state(c.member), c.agree, c.labels)
 			l.States[c.member] = s
 			if raised {

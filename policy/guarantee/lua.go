@@ -6,9 +6,9 @@ import "strconv"
 // A script embeds it before its own code:
 //
 //	guarantee_fresh(target)
-//	guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
+//	guarantee_update(state, agree, labels, target, alpha, max_bet, gain, maxq)
 //	guarantee_note(K, entry, due, request_id, question, member, agree, total, at)
-//	guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon)
+//	guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon, maxq)
 //	guarantee_reset(K, member, target, token)
 //
 // guarantee_update is Update step by step: it takes a stored state (false
@@ -37,7 +37,7 @@ local function guarantee_next_sequence(seq)
   if seq + 1 > 1000 then return 1000 end
   return seq + 1
 end
-local function guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
+local function guarantee_update(state, agree, labels, target, alpha, max_bet, gain, maxq)
   local t, seq, e, n, k, ev, bet, curv, alarm = target, 1, 0, 0, 0, 1, 0, 1, '0'
   if state and state ~= '' then
     t, seq, e, n, k, ev, bet, curv, alarm = guarantee_fields(state)
@@ -48,8 +48,12 @@ local function guarantee_update(state, agree, labels, target, alpha, max_bet, ga
   e = e + 1
   n = n + labels
   k = k + agree
-  local x = agree / labels
-  local y = target - x
+  local y
+  if maxq and maxq > 0 then
+    y = (target * labels - agree) / maxq
+  else
+    y = target - agree / labels
+  end
   local f = 1 + bet * y
   ev = ev * f
   if ev > 1e300 then ev = 1e300 end
@@ -84,7 +88,7 @@ local function guarantee_state(K, member, target)
   end
   return state
 end
-local function guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon)
+local function guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon, maxq)
   local entries = redis.call('ZRANGE', K[4], '-', '+', 'BYLEX', 'LIMIT', 0, limit)
   local taken, out = 0, {}
   window, horizon = window or 0, horizon or ''
@@ -125,7 +129,11 @@ local function guarantee_take(K, now, limit, target, alpha, max_bet, gain, windo
       end
       table.sort(members)
       for _, member in ipairs(members) do
-        local state, raised = guarantee_update(guarantee_state(K, member, target), counts[member][1], counts[member][2], target, alpha, max_bet, gain)
+        if maxq and maxq > 0 and counts[member][2] > maxq then
+          -- More questions of the group than max_questions: refused.
+          redis.call('HINCRBY', K[1] .. ':refused', member, 1)
+        else
+        local state, raised = guarantee_update(guarantee_state(K, member, target), counts[member][1], counts[member][2], target, alpha, max_bet, gain, maxq)
         redis.call('HSET', K[1], member, state)
         local r = '0'
         if raised then
@@ -135,6 +143,7 @@ local function guarantee_take(K, now, limit, target, alpha, max_bet, gain, windo
         out[#out + 1] = member
         out[#out + 1] = state
         out[#out + 1] = r
+        end
       end
     end
   end

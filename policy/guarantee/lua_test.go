@@ -21,7 +21,7 @@ var (
 guarantee_note(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
 return 1`)
 	takeScript = redis.NewScript(LuaUpdate + `
-return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])`)
+return guarantee_take(KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]))`)
 	resetScript = redis.NewScript(LuaUpdate + `
 return guarantee_reset(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3])`)
 )
@@ -38,7 +38,7 @@ func TestLuaMatchesLedger(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := context.Background()
 	members := []string{"noul:m:1", "choice:m:1", "noul@acme:m:1", "score:other"}
-	for c, params := range []Params{{0.9, 0.05}, {0.95, 0.05}, {0.8, 0.01}, {0.999, 0.2}, {0.123456789, 0.0333}} {
+	for c, params := range []Params{{0.9, 0.05, 0}, {0.95, 0.05, 3}, {0.8, 0.01, 0}, {0.999, 0.2, 2}, {0.123456789, 0.0333, 4}} {
 		rng := rand.New(rand.NewPCG(5, uint64(c)))
 		keys := LuaKeys(fmt.Sprintf("case%d:", c))
 		args := LuaArgs(params)
@@ -84,7 +84,7 @@ func TestLuaMatchesLedger(t *testing.T) {
 				}
 				n, taken := ledger.Take(now, limit)
 				out, err := takeScript.Run(ctx, client, keys, append(append([]string{strconv.FormatInt(now, 10), strconv.Itoa(limit)}, args...),
-					strconv.FormatInt(ledger.Window, 10), ledger.Horizon)).StringSlice()
+					strconv.FormatInt(ledger.Window, 10), ledger.Horizon, strconv.Itoa(params.MaxQuestions))).StringSlice()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -90,3 +90,33 @@ func TestSimulationEntriesPutOff(t *testing.T) {
 	checkShares(t, "the hard entries labelled together at the end of each day",
 		share(37, simRuns, run(true)), share(37, naiveRuns, run(false)))
 }
+
+// Entries with more questions are easier: one in four holds five
+// questions agreeing 0.98, the others one agreeing 0.7667, so that the
+// distinct answers agree exactly 0.9, the target, while the entries'
+// shares average 0.82. Weighed against max_questions (5), every answer
+// counts the same and the bound holds; each entry's share (MaxQuestions
+// 0) alarms.
+func TestSimulationLongEntriesEasier(t *testing.T) {
+	simulationOnly(t)
+	run := func(most int) func(rng *rand.Rand) bool {
+		return func(rng *rand.Rand) bool {
+			p := simParams
+			p.MaxQuestions = most
+			l := NewLedger(p)
+			for e := range simEntries {
+				n, agree := 1, 0.7667
+				if rng.IntN(4) == 0 {
+					n, agree = 5, 0.98
+				}
+				for _, q := range simQuestions[:n] {
+					l.Note(simKeys[e], 0, "", QuestionLabel{Question: q, Member: simMember, Agree: rng.Float64() < agree})
+				}
+				l.Take(0, 1<<30)
+			}
+			return alarmed(l)
+		}
+	}
+	checkShares(t, "entries of five questions easier than entries of one, at the target per answer",
+		share(41, simRuns, run(simQuestion)), share(41, naiveRuns, run(0)))
+}
