@@ -191,6 +191,8 @@ func (h *Handler) getItem(w http.ResponseWriter, r *http.Request, rawID string) 
 type labelsBody struct {
 	labels   []member
 	reviewer string
+	// pass is true for `{"pass": true}`: the entry cannot be judged.
+	pass bool
 }
 
 func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string) {
@@ -228,9 +230,29 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		writeDetail(w, http.StatusNotFound, "not_found")
 		return
 	}
-	lines, errs := labelLines(&e, body, requestKinds(e.Request), h.clock()().UTC().Format(time.RFC3339Nano))
+	now := h.clock()()
+	lines, errs := labelLines(&e, body, requestKinds(e.Request), now.UTC().Format(time.RFC3339Nano))
 	if errs.any() {
 		errs.write(w)
+		return
+	}
+	late, err := h.isLate(r.Context(), &e, now)
+	if err != nil {
+		h.storeFailed(w, "put", err)
+		return
+	}
+	if late {
+		// Taken as evidence already: the sequence stays as it was taken.
+		// The correction is kept apart, counted and logged.
+		if err := h.store.putLate(r.Context(), id, lines); err != nil {
+			h.storeFailed(w, "put", err)
+			return
+		}
+		if ce := h.logger.Check(zap.WarnLevel, "late correction: the entry was taken as evidence before it; counted in late_corrections, the evidence unchanged"); ce != nil {
+			ce.Write(zap.String("entry", e.ID), zap.String("model", e.Model), zap.Int("questions", len(lines)), zap.Duration("correct_within", h.correctWithin()))
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	writes := make([]labelWrite, len(lines))
@@ -249,21 +271,25 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 			writes[i].group = &g
 		}
 	}
-	var due time.Time
+	var due, at time.Time
 	if h.monitor != nil {
-		due = h.monitor.now().Add(h.monitor.settle)
+		at = h.monitor.now()
+		due = at.Add(h.monitor.settle)
 	}
-	if err := h.store.put(r.Context(), id, e.RequestID, writes, h.monitor != nil, due); err != nil {
+	if err := h.store.put(r.Context(), id, e.RequestID, writes, h.monitor != nil, due, monitorQuestions(&e), at); err != nil {
 		h.storeFailed(w, "put", err)
 		return
 	}
 	for _, rec := range lines {
-		h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
+		if !rec.Pass {
+			h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
+		}
 	}
 	w.Header().Set("Cache-Control", "no-store") // like every API answer
-	if h.monitor != nil && h.monitor.settle == 0 {
-		// settle 0s: the observation is taken at once, before the answer.
-		updates, err := h.store.monitor.Take(r.Context(), h.monitor.now(), h.monitor.params)
+	if h.monitor != nil && h.monitor.settle == 0 && h.correctWithin() == 0 {
+		// settle 0s and correct_within 0s: the observation is taken at
+		// once, before the answer.
+		updates, err := h.store.take(r.Context(), h.monitor.now(), h.monitor.params, h.correctWithin())
 		h.observed(updates)
 		if err != nil {
 			h.storeFailed(w, "put", err) // the labels are stored; the next take observes them

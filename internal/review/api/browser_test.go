@@ -192,7 +192,7 @@ func (s *stack) labelOrg(t *testing.T, org string, n, agree int) {
 // labels_expected as /progress gives them; the choice is remembered.
 func TestBrowserProgressByOrg(t *testing.T) {
 	b := startBrowser(t)
-	s := newStack(t, stackOptions{})
+	s := newStack(t, stackOptions{review: progressReview})
 	s.labelOrg(t, "acme", 45, 45) // an org of its own, with a threshold at 0.9
 	s.labelOrg(t, "beta", 25, 24) // too few for a group: pooled, no threshold yet
 	s.labelOrg(t, "gamma", 3, 3)

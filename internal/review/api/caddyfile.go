@@ -31,8 +31,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // guarantee live (see Monitor): target in (0, 1), alpha in (0, 1), default
 // 0.05; `by org` keeps a group per organization; settle, default 10m, is
 // how long after an entry's first label its observation is taken (0s: at
-// once); default off. Its values accept placeholders known at adapt time,
-// such as {env.NAME}.
+// once); default off. correct_within <duration> (default 24h) is the
+// correction window and max_questions <n> (default 5) the most questions
+// of one group an entry can hold (Handler). Their values accept
+// placeholders known at adapt time, such as {env.NAME}.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
@@ -73,8 +75,29 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.Monitor = m
+		case "correct_within":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur < 0 || d.NextArg() {
+				return d.Errf("correct_within %q is not a duration of 0s or more", v)
+			}
+			window := caddy.Duration(dur)
+			h.CorrectWithin = &window
+		case "max_questions":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || d.NextArg() {
+				return d.Errf("max_questions %q is not a whole number of 1 or more", v)
+			}
+			h.MaxQuestions = n
 		default:
-			return d.Errf("unknown subdirective %q (want redis, key_prefix, stream or monitor)", name)
+			return d.Errf("unknown subdirective %q (want redis, key_prefix, stream, monitor, correct_within or max_questions)", name)
 		}
 		if d.NextBlock(1) {
 			return d.Errf("%s takes no block", name)

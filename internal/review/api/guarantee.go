@@ -187,6 +187,8 @@ func (h *Handler) startMonitor(reg prometheus.Registerer) error {
 	if err := params.Validate(); err != nil {
 		return err
 	}
+	// Each entry weighed against max_questions: every answer the same.
+	params.MaxQuestions = h.maxQuestions()
 	if h.Monitor.settle() < 0 {
 		return errors.New("settle must not be negative")
 	}
@@ -232,7 +234,7 @@ func (h *Handler) refreshMetrics(ctx context.Context) {
 // A failure is logged by the next request that meets it (a take is
 // retried every take period; nothing is lost while Redis is away).
 func (h *Handler) takeSettled(ctx context.Context) {
-	updates, err := h.store.monitor.Take(ctx, h.monitor.now(), h.monitor.params)
+	updates, err := h.store.take(ctx, h.monitor.now(), h.monitor.params, h.correctWithin())
 	h.observed(updates)
 	if err != nil && ctx.Err() == nil {
 		if ce := h.logger.Check(zap.DebugLevel, "guarantee take failed"); ce != nil {
@@ -280,6 +282,9 @@ type guaranteeGroup struct {
 	Agree    int64   `json:"agree"`
 	Evidence float64 `json:"evidence"`
 	Alarm    bool    `json:"alarm"`
+	// LateCorrections counts the group's labels corrected after their
+	// entry was taken as evidence (late.go): counted, not observed.
+	LateCorrections int `json:"late_corrections"`
 }
 
 // serveGuarantee answers GET /guarantee and DELETE
@@ -355,11 +360,17 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, "guarantee", err)
 		return
 	}
+	late, err := h.store.lateCounts(r.Context())
+	if err != nil {
+		h.storeFailed(w, "guarantee", err)
+		return
+	}
 	groups := make([]guaranteeGroup, 0, len(states))
 	for g, s := range states {
 		h.monitor.metrics.set(g, s)
 		groups = append(groups, guaranteeGroup{Model: g.Model, Type: g.Type, Org: g.Org, Alpha: p.Level(s.Sequence),
-			Entries: s.Entries, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm})
+			Entries: s.Entries, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm,
+			LateCorrections: lateFor(late, g.Model, g.Type, g.Org)})
 	}
 	slices.SortFunc(groups, func(a, b guaranteeGroup) int {
 		if c := strings.Compare(a.Model, b.Model); c != 0 {

@@ -17,8 +17,9 @@ import (
 // against its entry's question, with the upstream's 422 list for what is
 // wrong.
 
-// parseLabelsBody reads `{"labels": {...}, "reviewer": "..."}`, reviewer
-// optional (null or missing is "").
+// parseLabelsBody reads `{"labels": {...}, "reviewer": "..."}` or
+// `{"pass": true, "reviewer": "..."}`, reviewer optional (null or missing
+// is "").
 func parseLabelsBody(raw []byte) (labelsBody, errorList) {
 	var errs errorList
 	var body labelsBody
@@ -41,16 +42,28 @@ func parseLabelsBody(raw []byte) (labelsBody, errorList) {
 		errs.add("model_attributes_type", loc("body"), "Input should be a valid dictionary or object to extract fields from", raw, nil)
 		return body, errs
 	}
-	var labels, reviewer json.RawMessage
+	var labels, reviewer, pass json.RawMessage
 	for _, m := range top {
 		switch m.key {
 		case "labels":
 			labels = m.value
 		case "reviewer":
 			reviewer = m.value
+		case "pass":
+			pass = m.value
+		}
+	}
+	if pass != nil && !record.IsNull(pass) {
+		if json.Unmarshal(pass, &body.pass) != nil {
+			errs.add("bool_type", loc("body", "pass"), "Input should be a valid boolean", pass, nil)
+		} else if !body.pass && labels == nil {
+			errs.add("value_error", loc("body", "pass"), "Value error, pass is true, or labels are given", pass, nil)
+		} else if body.pass && labels != nil {
+			errs.add("value_error", loc("body"), "Value error, a pass takes no labels", raw, nil)
 		}
 	}
 	switch {
+	case body.pass:
 	case labels == nil:
 		errs.add("missing", loc("body", "labels"), "Field required", raw, nil)
 	default:
@@ -155,9 +168,33 @@ func requestKinds(request *string) map[string]kind {
 	return kinds
 }
 
+// passLines are the `/labels` lines of a pass: one per question of e (the
+// first of an id), no label, Pass set (agree written null, taken as a
+// disagreement).
+func passLines(e *record.Entry, reviewer, ts string) []record.Label {
+	var out []record.Label
+	seen := map[string]bool{}
+	for _, q := range e.Questions {
+		if seen[q.ID] {
+			continue
+		}
+		seen[q.ID] = true
+		out = append(out, record.Label{
+			Entry: e.ID, RequestID: e.RequestID, Org: e.Org, Model: e.Model,
+			Type: q.Type, Question: q.ID, Confidence: q.Confidence, Answer: q.Answer,
+			Audit: e.Audit, AuditP: e.AuditP, AuditFloor: e.AuditFloor, AuditFrom: e.AuditFrom,
+			Route: q.Route, Reviewer: reviewer, TS: ts, Pass: true,
+		})
+	}
+	return out
+}
+
 // labelLines validates the labels against e's questions and builds the
 // `/labels` line of each.
 func labelLines(e *record.Entry, body labelsBody, kinds map[string]kind, ts string) ([]record.Label, errorList) {
+	if body.pass {
+		return passLines(e, body.reviewer, ts), errorList{}
+	}
 	var errs errorList
 	if len(body.labels) > len(e.Questions) {
 		tooMany(&errs, len(body.labels), len(e.Questions))

@@ -29,7 +29,7 @@ func TestBrowserBasicAuthAuditFirstAndProgress(t *testing.T) {
 	for _, inURL := range []bool{true, false} {
 		name := map[bool]string{true: "credentials in the URL", false: "credentials sent by the browser"}[inURL]
 		t.Run(name, func(t *testing.T) {
-			s := newStack(t, stackOptions{basicAuth: [2]string{"ann", string(hash)}, monitor: "0.88"})
+			s := newStack(t, stackOptions{basicAuth: [2]string{"ann", string(hash)}, monitor: "0.88", review: progressReview})
 			routine1 := s.addEntry(t, false, "request_id", "r-routine-1")
 			audited1 := s.addEntry(t, true, "request_id", "r-audited-1")
 			routine2 := s.addEntry(t, false)

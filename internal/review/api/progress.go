@@ -33,6 +33,7 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 		errs.write(w)
 		return
 	}
+	opts.CorrectWithin, opts.MaxQuestions, opts.AsOf = h.correctWithin(), h.maxQuestions(), h.clock()()
 	sample := calibrate.NewSample()
 	err := h.store.export(r.Context(), exportBatch, func(stored []string) error {
 		for _, text := range stored {
@@ -62,6 +63,15 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 	if err != nil { // the options were checked above: the labels can't be calibrated
 		writeDetail(w, http.StatusUnprocessableEntity, err.Error())
 		return
+	}
+	late, err := h.store.lateCounts(r.Context())
+	if err != nil {
+		h.storeFailed(w, "progress", err)
+		return
+	}
+	for i := range res.Groups {
+		g := &res.Groups[i]
+		g.LateCorrections, g.HasLateCorrections = lateFor(late, g.Model, g.Type, g.Org), true
 	}
 	var out bytes.Buffer
 	if err := calibrate.WriteJSON(&out, res); err != nil {

@@ -53,11 +53,24 @@ func (s *stack) labelAudited(t *testing.T, question, typ string, n, agree int, c
 	}
 }
 
+// progressReview sets the review handler as progressArgs set calibrate:
+// labels final at once, one question of a group per entry.
+const (
+	progressReview = "correct_within 0s\n\t\t\tmax_questions 1"
+	progressArgs   = " --correct-within 0s --max-questions 1"
+)
+
+// fromFile is a /progress answer as calibrate prints it from a file, which
+// cannot count late corrections: late_corrections null.
+func fromFile(body []byte) []byte {
+	return regexp.MustCompile(`"late_corrections": [0-9]+`).ReplaceAll(body, []byte(`"late_corrections": null`))
+}
+
 // GET /progress answers exactly what `calibrate --json` prints for the
 // labels stored now, with the command's defaults; bad or missing options
 // are a 422 list.
 func TestReviewProgress(t *testing.T) {
-	s := newStack(t, stackOptions{})
+	s := newStack(t, stackOptions{review: progressReview})
 	labels := s.url + "/review/labels"
 
 	// Nothing labelled yet: the command refuses to calibrate nothing (and
@@ -65,7 +78,7 @@ func TestReviewProgress(t *testing.T) {
 	// the command's library writes for no lines, with no groups.
 	resp, body := s.call(t, http.MethodGet, "/review/progress?target=0.9", "")
 	opts := calibrate.DefaultOptions()
-	opts.Target = 0.9
+	opts.Target, opts.CorrectWithin, opts.MaxQuestions = 0.9, 0, 1
 	empty, err := calibrate.Calibrate(nil, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +104,9 @@ func TestReviewProgress(t *testing.T) {
 		{"target=0.9&method=uniform", "--target 0.9 --method uniform"},
 		{"target=0.9&method=anytime", "--target 0.9"},
 	} {
-		want := calibrateJSON(t, append(strings.Fields(tc.args), "--json", labels)...)
+		want := calibrateJSON(t, append(strings.Fields(tc.args+progressArgs), "--json", labels)...)
 		resp, body := s.call(t, http.MethodGet, "/review/progress?"+tc.query, "")
+		body = fromFile(body)
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("Cache-Control") != "no-store" {
 			t.Errorf("%s: %d %v", tc.query, resp.StatusCode, resp.Header)
 		}
@@ -133,7 +147,7 @@ func TestReviewProgress(t *testing.T) {
 // so /progress without method answers what `calibrate --method weighted
 // --json` prints, and with method=uniform the refusal, as a 422 saying why.
 func TestReviewProgressActiveAudit(t *testing.T) {
-	s := newStack(t, stackOptions{})
+	s := newStack(t, stackOptions{review: progressReview})
 	labels := s.url + "/review/labels"
 	for i := range 40 {
 		confidence := 0.95
@@ -147,9 +161,10 @@ func TestReviewProgressActiveAudit(t *testing.T) {
 			t.Fatalf("PUT: %d %s", resp.StatusCode, body)
 		}
 	}
-	want := calibrateJSON(t, "--target", "0.9", "--method", "weighted", "--json", labels)
+	want := calibrateJSON(t, append(strings.Fields("--target 0.9 --method weighted"+progressArgs), "--json", labels)...)
 	for _, query := range []string{"target=0.9", "target=0.9&method=weighted"} {
 		resp, body := s.call(t, http.MethodGet, "/review/progress?"+query, "")
+		body = fromFile(body)
 		if resp.StatusCode != 200 || string(body) != want {
 			t.Errorf("%s: %d\n%s\nwant\n%s", query, resp.StatusCode, body, want)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/drain"
 	"github.com/systemone/systemone-gateway/internal/keyprefix"
 	"github.com/systemone/systemone-gateway/internal/redispool"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 )
 
 // DefaultKeyPrefix is the key prefix KeyPrefix defaults to, the same as the
@@ -61,6 +62,17 @@ type Handler struct {
 	Stream string `json:"stream,omitempty"`
 	// Monitor watches the guarantee live (see Monitor). Default off.
 	Monitor *Monitor `json:"monitor,omitempty"`
+	// CorrectWithin is the correction window: an audited entry is
+	// evidence (for /progress and the monitor) once all its audited
+	// questions are labelled, or it is passed, and its newest label is
+	// this old; a correction after it is counted as late. 0 takes labels
+	// as final at once. Default 24h (calibrate.DefaultCorrectWithin).
+	CorrectWithin *caddy.Duration `json:"correct_within,omitempty"`
+	// MaxQuestions is the most questions of one group an entry can hold,
+	// fixed in advance: /progress and the monitor weigh each entry's
+	// evidence against it, and refuse (and count) an entry above it.
+	// Default 5 (calibrate.DefaultMaxQuestions).
+	MaxQuestions int `json:"max_questions,omitempty"`
 
 	logger  *zap.Logger
 	monitor *guaranteeMonitor // nil without Monitor
@@ -86,6 +98,17 @@ func (h *Handler) clock() func() time.Time {
 	}
 	return h.now
 }
+
+// correctWithin returns CorrectWithin, defaulted.
+func (h *Handler) correctWithin() time.Duration {
+	if h.CorrectWithin == nil {
+		return calibrate.DefaultCorrectWithin
+	}
+	return time.Duration(*h.CorrectWithin)
+}
+
+// maxQuestions returns MaxQuestions, defaulted.
+func (h *Handler) maxQuestions() int { return cmp.Or(h.MaxQuestions, calibrate.DefaultMaxQuestions) }
 
 // scanBounds returns maxScan and listStep, defaulted.
 func (h *Handler) scanBounds() (int, int64) {

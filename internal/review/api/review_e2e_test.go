@@ -44,6 +44,9 @@ type stackOptions struct {
 	redisArgs []string
 	// monitor, when set, is the review handler's monitor line's arguments.
 	monitor string
+	// review is more lines of the review handler (correct_within,
+	// max_questions).
+	review string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -81,6 +84,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			redis %[2]s
 			stream %[3]s
 			%[8]s
+			%[9]s
 		}
 	}
 	handle_path /mounted* {
@@ -110,7 +114,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 :%[6]d {
 	metrics
 }
-`, port, rs.URL(), stream, queue, sim.Addr(), metricsPort, auth, monitor)
+`, port, rs.URL(), stream, queue, sim.Addr(), metricsPort, auth, monitor, o.review)
 	gatewaytest.Load(t, sites)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -25,7 +25,7 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 	ctx := context.Background()
 	clock := testclock.New(time.Unix(1700000000, 0))
 	settle := durationOf(10 * time.Minute)
-	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, Settle: settle}}
+	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, Settle: settle}, CorrectWithin: durationOf(0)}
 	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
 	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), settle: h.Monitor.settle(), now: clock.Now, metrics: newGuaranteeMetrics()}
 	add := func(requestID string) string {
@@ -97,7 +97,7 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 func TestMonitorByOrg(t *testing.T) {
 	s, client := testStore(t)
 	ctx := context.Background()
-	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, ByOrg: true, Settle: durationOf(0)}}
+	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, ByOrg: true, Settle: durationOf(0)}, CorrectWithin: durationOf(0)}
 	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
 	// Its own collector: the process's gauges would carry an org label on
 	// every series once any group is by org.

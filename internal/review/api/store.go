@@ -54,6 +54,8 @@ type store struct {
 	// as the labels.
 	monitor *monitor.Store
 	timeout time.Duration
+	// cursor is where the monitor's horizon search starts (horizon.go).
+	cursor horizonCursor
 }
 
 func newStore(client redis.UniversalClient, prefix, stream string) *store {
@@ -159,8 +161,9 @@ type labelWrite struct {
 // label is never stored without its note or the reverse.
 //
 //	KEYS: entry hash, labeled index, then monitor.LuaKeys
-//	ARGV: index member, monitor on (1|0), due (Unix ms), request id, then
-//	      per label: question id, record, group member ("" for none), agree (1|0)
+//	ARGV: index member, monitor on (1|0), due (Unix ms), request id, the
+//	      entry's questions that feed a group, now (Unix ms), then per
+//	      label: question id, record, group member ("" for none), agree (1|0)
 //
 //go:embed put.lua
 var putLua string
@@ -170,8 +173,10 @@ var putScript = redis.NewScript(monitor.Library + putLua)
 // put stores the label records of entry id in the order given, replacing
 // those of the same questions and keeping the others, indexes the entry,
 // and with the monitor on notes the labels that feed a group, the entry
-// to be observed at due (when this is its first label), in one script.
-func (s *store) put(ctx context.Context, id record.ID, requestID string, writes []labelWrite, monitorOn bool, due time.Time) error {
+// to be observed at due (when this is its first label) once total of its
+// questions that feed a group are labelled and the window has passed
+// since now, its newest label, in one script.
+func (s *store) put(ctx context.Context, id record.ID, requestID string, writes []labelWrite, monitorOn bool, due time.Time, total int, now time.Time) error {
 	if len(writes) == 0 {
 		return nil
 	}
@@ -181,8 +186,8 @@ func (s *store) put(ctx context.Context, id record.ID, requestID string, writes 
 	if monitorOn {
 		on = "1"
 	}
-	args := make([]any, 0, 4+4*len(writes))
-	args = append(args, indexMember(id), on, due.UnixMilli(), requestID)
+	args := make([]any, 0, 6+4*len(writes))
+	args = append(args, indexMember(id), on, due.UnixMilli(), requestID, total, now.UnixMilli())
 	for _, w := range writes {
 		group, agree := "", "0"
 		if w.group != nil {
@@ -197,58 +202,257 @@ func (s *store) put(ctx context.Context, id record.ID, requestID string, writes 
 	return putScript.Run(ctx, s.client, keys, args...).Err()
 }
 
+// take observes every pending entry due at now, complete and older than
+// window, before the first audited entry with no label, and returns the
+// groups observed.
+func (s *store) take(ctx context.Context, now time.Time, p monitor.Params, window time.Duration) ([]monitor.Observed, error) {
+	horizon, err := s.horizon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.monitor.Take(ctx, now, p, window, horizon)
+}
+
 // errStop ends an export early without an error.
 var errStop = errors.New("stop")
 
 // export hands each stored label record to emit, in entry id order and,
-// within an entry, in question id order, reading batch entries per pair of
-// round trips, each bounded by the store's timeout (the whole export is
-// bounded only by ctx: it runs as long as the client reads). Records written while it runs show up when their entry comes
-// after the cursor.
+// within an entry, in question id order, then a pending line (record.Label
+// with Pending: label and agree null) for each question of an audited
+// entry that has no stored record, so that an export holds the whole
+// audited sample. It walks the labeled index and the stream together,
+// batch entries per round trip of each, each bounded by the store's
+// timeout (the whole export is bounded only by ctx: it runs as long as
+// the client reads). An entry trimmed from the stream exports its stored
+// records only; an audited entry with no label exports its questions as
+// pending lines. Records written while it runs show up when their entry
+// comes after the cursors.
 func (s *store) export(ctx context.Context, batch int64, emit func(records []string) error) error {
-	from := "-"
+	index := &indexCursor{s: s, batch: batch, from: "-"}
+	stream := &streamCursor{s: s, batch: batch}
 	for {
-		step, cancel := context.WithTimeout(ctx, s.timeout)
-		members, err := s.client.ZRangeArgs(step, redis.ZRangeArgs{
-			Key: s.indexKey(), Start: from, Stop: "+", ByLex: true, Count: batch,
-		}).Result()
-		cancel()
+		if err := index.fill(ctx); err != nil {
+			return err
+		}
+		if err := stream.fill(ctx); err != nil {
+			return err
+		}
+		if index.done() && stream.done() {
+			return nil
+		}
+		// Up to the smaller of the two batches' last ids, both cursors
+		// know every entry: merge that far.
+		limit, bounded := index.last()
+		if l, ok := stream.last(); ok && (!bounded || l.Compare(limit) < 0) {
+			limit, bounded = l, true
+		}
+		var labelled []string
+		var entries []*record.Entry
+		for {
+			i, iok := index.peek()
+			e, eok := stream.peek()
+			if iok && bounded && i.Compare(limit) > 0 {
+				iok = false
+			}
+			if eok && bounded && e.id.Compare(limit) > 0 {
+				eok = false
+			}
+			if !iok && !eok {
+				break
+			}
+			switch {
+			case iok && eok && i == e.id:
+				index.next()
+				stream.next()
+				labelled, entries = append(labelled, i.String()), append(entries, e.entry)
+			case iok && (!eok || i.Compare(e.id) < 0):
+				index.next()
+				labelled, entries = append(labelled, i.String()), append(entries, nil)
+			default:
+				stream.next()
+				if e.entry.Audit {
+					labelled, entries = append(labelled, ""), append(entries, e.entry)
+				}
+			}
+		}
+		records, err := s.exportRecords(ctx, labelled, entries)
 		if err != nil {
 			return err
 		}
-		if len(members) == 0 {
-			return nil
-		}
-		ids := make([]string, 0, len(members))
-		for _, m := range members {
-			if id, ok := memberID(m); ok {
-				ids = append(ids, id)
+		if len(records) > 0 {
+			if err := emit(records); err != nil {
+				if errors.Is(err, errStop) {
+					return nil
+				}
+				return err
 			}
 		}
-		labels, err := s.labels(ctx, ids)
-		if err != nil {
-			return err
-		}
-		var records []string
-		for _, qs := range labels {
-			keys := make([]string, 0, len(qs))
-			for q := range qs {
-				keys = append(keys, q)
-			}
-			slices.Sort(keys)
-			for _, q := range keys {
-				records = append(records, qs[q])
-			}
-		}
-		if err := emit(records); err != nil {
-			if errors.Is(err, errStop) {
-				return nil
-			}
-			return err
-		}
-		if int64(len(members)) < batch {
-			return nil
-		}
-		from = "(" + members[len(members)-1]
 	}
 }
+
+// exportRecords reads the stored records of the labelled entries (ids[i]
+// != "") and writes each entry's records, then its pending lines (for an
+// audited entry read from the stream, entries[i] != nil).
+func (s *store) exportRecords(ctx context.Context, ids []string, entries []*record.Entry) ([]string, error) {
+	var read []string
+	for _, id := range ids {
+		if id != "" {
+			read = append(read, id)
+		}
+	}
+	stored, err := s.labels(ctx, read)
+	if err != nil {
+		return nil, err
+	}
+	var records []string
+	next := 0
+	for i, id := range ids {
+		var qs map[string]string
+		if id != "" {
+			qs = stored[next]
+			next++
+		}
+		keys := make([]string, 0, len(qs))
+		for q := range qs {
+			keys = append(keys, q)
+		}
+		slices.Sort(keys)
+		for _, q := range keys {
+			records = append(records, qs[q])
+		}
+		if e := entries[i]; e != nil && e.Audit {
+			records = append(records, pendingLines(e, qs)...)
+		}
+	}
+	return records, nil
+}
+
+// pendingLines are the `/labels` lines of e's questions with no stored
+// record: label and agree null.
+func pendingLines(e *record.Entry, stored map[string]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, q := range e.Questions {
+		if _, ok := stored[q.ID]; ok || seen[q.ID] {
+			continue
+		}
+		seen[q.ID] = true
+		l := record.Label{
+			Entry: e.ID, RequestID: e.RequestID, Org: e.Org, Model: e.Model,
+			Type: q.Type, Question: q.ID, Confidence: q.Confidence, Answer: q.Answer, Audit: e.Audit,
+			AuditP: e.AuditP, AuditFloor: e.AuditFloor, AuditFrom: e.AuditFrom, Route: q.Route, Pending: true,
+		}
+		if b, err := l.Marshal(); err == nil { // RawMessages came from the stream's JSON
+			out = append(out, string(b))
+		}
+	}
+	return out
+}
+
+// indexCursor walks the labeled index in batches.
+type indexCursor struct {
+	s     *store
+	batch int64
+	from  string
+	buf   []record.ID
+	end   bool
+}
+
+func (c *indexCursor) done() bool { return c.end && len(c.buf) == 0 }
+
+func (c *indexCursor) fill(ctx context.Context) error {
+	if len(c.buf) > 0 || c.end {
+		return nil
+	}
+	step, cancel := context.WithTimeout(ctx, c.s.timeout)
+	defer cancel()
+	members, err := c.s.client.ZRangeArgs(step, redis.ZRangeArgs{
+		Key: c.s.indexKey(), Start: c.from, Stop: "+", ByLex: true, Count: c.batch,
+	}).Result()
+	if err != nil {
+		return err
+	}
+	if int64(len(members)) < c.batch {
+		c.end = true
+	}
+	if len(members) > 0 {
+		c.from = "(" + members[len(members)-1]
+	}
+	for _, m := range members {
+		if text, ok := memberID(m); ok {
+			id, _ := record.ParseID(text)
+			c.buf = append(c.buf, id)
+		}
+	}
+	return nil
+}
+
+// last is the batch's last id, when more may follow it.
+func (c *indexCursor) last() (record.ID, bool) {
+	if c.end || len(c.buf) == 0 {
+		return record.ID{}, false
+	}
+	return c.buf[len(c.buf)-1], true
+}
+
+func (c *indexCursor) peek() (record.ID, bool) {
+	if len(c.buf) == 0 {
+		return record.ID{}, false
+	}
+	return c.buf[0], true
+}
+
+func (c *indexCursor) next() { c.buf = c.buf[1:] }
+
+// streamCursor walks the review stream in batches.
+type streamCursor struct {
+	s     *store
+	batch int64
+	after string
+	buf   []streamEntry
+	end   bool
+}
+
+type streamEntry struct {
+	id    record.ID
+	entry *record.Entry
+}
+
+func (c *streamCursor) done() bool { return c.end && len(c.buf) == 0 }
+
+func (c *streamCursor) fill(ctx context.Context) error {
+	if len(c.buf) > 0 || c.end {
+		return nil
+	}
+	entries, err := c.s.scan(ctx, c.after, c.batch)
+	if err != nil {
+		return err
+	}
+	if int64(len(entries)) < c.batch {
+		c.end = true
+	}
+	for i := range entries {
+		id, ok := record.ParseID(entries[i].ID)
+		if ok {
+			c.buf = append(c.buf, streamEntry{id, &entries[i]})
+		}
+		c.after = entries[i].ID
+	}
+	return nil
+}
+
+func (c *streamCursor) last() (record.ID, bool) {
+	if c.end || len(c.buf) == 0 {
+		return record.ID{}, false
+	}
+	return c.buf[len(c.buf)-1].id, true
+}
+
+func (c *streamCursor) peek() (streamEntry, bool) {
+	if len(c.buf) == 0 {
+		return streamEntry{}, false
+	}
+	return c.buf[0], true
+}
+
+func (c *streamCursor) next() { c.buf = c.buf[1:] }

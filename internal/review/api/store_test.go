@@ -62,7 +62,7 @@ func putMap(s *store, id record.ID, records map[string]string) error {
 	for _, q := range slices.Sorted(maps.Keys(records)) {
 		writes = append(writes, labelWrite{question: q, record: records[q]})
 	}
-	return s.put(context.Background(), id, "", writes, false, time.Time{})
+	return s.put(context.Background(), id, "", writes, false, time.Time{}, 0, time.Time{})
 }
 
 func TestStoreKeys(t *testing.T) {
@@ -152,23 +152,23 @@ func TestStoreCluster(t *testing.T) {
 	params := monitor.Params{Target: 0.99, Alpha: 0.99} // alarms at the second disagreeing entry
 	g := &monitor.Group{Model: "m", Type: "noul"}
 	at := time.Unix(1700000000, 0)
-	if err := s.put(ctx, mustID(t, "9-0"), "r9", []labelWrite{{question: "a", record: "9-0/a", group: g}, {question: "b", record: "9-0/b", group: g}}, true, at); err != nil {
+	if err := s.put(ctx, mustID(t, "9-0"), "r9", []labelWrite{{question: "a", record: "9-0/a", group: g}, {question: "b", record: "9-0/b", group: g}}, true, at, 0, at); err != nil {
 		t.Fatalf("put with the monitor on a cluster: %v", err)
 	}
-	if err := s.put(ctx, mustID(t, "9-1"), "r9.1", []labelWrite{{question: "a", record: "9-1/a", group: g}}, true, at); err != nil {
+	if err := s.put(ctx, mustID(t, "9-1"), "r9.1", []labelWrite{{question: "a", record: "9-1/a", group: g}}, true, at, 0, at); err != nil {
 		t.Fatal(err)
 	}
-	updates, err := s.monitor.Take(ctx, at, params)
+	updates, err := s.take(ctx, at, params, 0)
 	if err != nil || len(updates) != 2 || updates[1].State.Labels != 3 || updates[1].State.Entries != 2 || !updates[1].Raised {
 		t.Fatalf("take on a cluster: %+v, %v", updates, err)
 	}
 	if st, found, err := s.monitor.Reset(ctx, *g, params); err != nil || !found || st.Sequence != 2 {
 		t.Fatalf("reset on a cluster: %+v %v %v", st, found, err)
 	}
-	if err := s.put(ctx, mustID(t, "10-0"), "r10", []labelWrite{{question: "a", record: "10-0/a", group: g, agree: false}}, true, at); err != nil {
+	if err := s.put(ctx, mustID(t, "10-0"), "r10", []labelWrite{{question: "a", record: "10-0/a", group: g, agree: false}}, true, at, 0, at); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.monitor.Take(ctx, at, params); err != nil {
+	if _, err := s.take(ctx, at, params, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := client.HLen(ctx, monitor.ResetKey("systemone:", "review:human")).Result(); err != nil || n != 1 {

@@ -13,15 +13,20 @@ import (
 //
 //  1. The entry is the unit. The questions of one entry share a state, so
 //     their agreements are not independent; an entry's questions in the
-//     group are one observation. At a candidate t, with N the entry's
-//     labelled questions in the group, N_t those with confidence >= t and
-//     A_t those of them that agree, the observation is
-//     Y(t) = (A_t - target N_t) / N, in [-target, 1 - target]. Its mean
-//     over entries is at least 0 exactly when the agreement of the
-//     answers at or above t, each entry's answers weighing 1/N, is at
-//     least the target: with the same number of the group's questions in
-//     every entry (one question for a `--by question` group), exactly the
-//     agreement of the answers at or above t, the documented guarantee. An
+//     group are one observation. At a candidate t, with N_t the entry's
+//     labelled questions in the group with confidence >= t and A_t those
+//     of them that agree, the observation is
+//     Y(t) = (A_t - target N_t) / M, where M is max_questions, the most
+//     questions of the group an entry may hold, fixed in advance (an
+//     entry with more is refused and counted): Y is in
+//     [-target, 1 - target]. Its mean over entries is at least 0 exactly
+//     when E[A_t] >= target E[N_t], that is when the agreement of the
+//     distinct answers at or above t is at least the target, however the
+//     number of questions per entry varies and however it relates to
+//     difficulty: each answer weighs the same. (Weighing each entry 1/N,
+//     its share of agreeing answers, would promise an average over
+//     entries, which long hard entries break.) The price is power: an
+//     entry of one question moves the wealth 1/M as far as one of M. An
 //     entry with no answer at or above t gives Y = 0 and leaves the
 //     evidence as it is: the share of traffic at or above t needs no
 //     estimate.
@@ -158,22 +163,32 @@ type obsLine struct {
 	agree      bool
 }
 
+// perEntryWeights, for the simulations only, weighs each entry's answers
+// 1/N (N its questions in the group), as the walk did before it weighed
+// them against max_questions: to show the per-answer premise fails so.
+var perEntryWeights bool
+
 // walker holds one group's e-processes as entries arrive in entry order.
 type walker struct {
 	target, delta float64
 	weighted      bool
-	burn          int
-	tops          []float64 // the burn-in entries' top confidences
-	started       bool
-	startA        int // grid index of the first start
-	startS        int // grid index of the second start, <= startA
-	procs         []eprocess
-	last          Draw // the last entry's draw, for labels_needed
-	scratch       []obsLine
+	// maxQuestions is the most questions of the group an entry may hold
+	// (Options.MaxQuestions): each observation is weighed against it, and
+	// an entry above it is refused, counted in refused.
+	maxQuestions int
+	refused      int
+	burn         int
+	tops         []float64 // the burn-in entries' top confidences
+	started      bool
+	startA       int // grid index of the first start
+	startS       int // grid index of the second start, <= startA
+	procs        []eprocess
+	last         Draw // the last entry's draw, for labels_needed
+	scratch      []obsLine
 }
 
-func newWalker(target, delta float64, weighted bool) *walker {
-	return &walker{target: target, delta: delta, weighted: weighted, burn: BurnIn(target, delta)}
+func newWalker(target, delta float64, weighted bool, maxQuestions int) *walker {
+	return &walker{target: target, delta: delta, weighted: weighted, burn: BurnIn(target, delta), maxQuestions: max(maxQuestions, 1)}
 }
 
 func (w *walker) clone() *walker {
@@ -189,6 +204,12 @@ func (w *walker) clone() *walker {
 // nothing to any candidate.
 func (w *walker) observe(lines []obsLine, draw Draw, replay bool) {
 	if len(lines) == 0 {
+		return
+	}
+	if len(lines) > w.maxQuestions {
+		// Weighed against maxQuestions, such an entry could take the
+		// wealth below 0: refused, and counted.
+		w.refused++
 		return
 	}
 	top := -1.0
@@ -222,7 +243,10 @@ func (w *walker) observe(lines []obsLine, draw Draw, replay bool) {
 		return 0
 	})
 	w.scratch = scored
-	total := float64(len(lines))
+	total := float64(w.maxQuestions)
+	if perEntryWeights {
+		total = float64(len(lines))
+	}
 	nt, at, j := 0, 0, 0
 	p := draw.p()
 	for k := min(gridIndex(top), w.startA); k >= 0; k-- {
@@ -345,7 +369,7 @@ func (w *walker) startShare(k int) float64 {
 func (w *walker) startLevel() float64 { return w.startShare(w.startA) }
 
 // needed is labels_needed: the fewest more entries, each one agreeing
-// question at confidence top drawn like the last entry, after which the
+// question at confidence top (weighed 1/maxQuestions) drawn like the last entry, after which the
 // group has a threshold. Such entries first complete the burn-in; after
 // it a threshold exists exactly when a start is rejected (every other
 // candidate is reachable only through one), and each start's wealth only
@@ -384,7 +408,7 @@ func (w *walker) stepsToReject(k int, top, level float64) int {
 	if w.weighted {
 		s = w.last.floorAt(gridValue(k), false) / w.last.p()
 	}
-	y := s * (1 - w.target)
+	y := s * (1 - w.target) / float64(w.maxQuestions)
 	steps := 0
 	if e.sum <= 0 {
 		skip := int(math.Floor(-e.sum/y)) + 1

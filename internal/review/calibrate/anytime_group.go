@@ -15,6 +15,8 @@ type groupView struct {
 	records []compactLine
 	seed    uint64 // labels_expected's random stream, fixed per group
 	expect  bool   // whether to simulate labels_expected (Options.Expect)
+	// maxQuestions is Options.MaxQuestions, defaulted.
+	maxQuestions int
 }
 
 // span is one entry's records in a groupView.
@@ -75,7 +77,7 @@ func groupSeed(model, typ, question, org string) uint64 {
 func (g groupView) walkAnytime(target, delta float64, weighted bool) Group {
 	out := Group{Labels: len(g.records), Top: 1}
 	spans := g.spans()
-	w := newWalker(target, delta, weighted)
+	w := newWalker(target, delta, weighted, g.maxQuestions)
 	var buf []obsLine
 	top := -1.0
 	for _, sp := range spans {
@@ -96,7 +98,8 @@ func (g groupView) walkAnytime(target, delta float64, weighted bool) Group {
 	if top >= 0 {
 		out.Top = top
 	}
-	out.Needs = newWalker(target, delta, weighted).needed(1)
+	out.Refused = w.refused
+	out.Needs = newWalker(target, delta, weighted, g.maxQuestions).needed(1)
 	levels, lowest := w.levels()
 	if !w.started {
 		out.Why = WhyTooFew
@@ -183,7 +186,7 @@ func (g groupView) lowerBound(spans []span, w *walker, k int, level float64, pas
 					}
 				}
 			}
-			if !scored {
+			if !scored || len(buf) > w.maxQuestions {
 				continue
 			}
 			if seen < w.burn {
@@ -197,7 +200,7 @@ func (g groupView) lowerBound(spans []span, w *walker, k int, level float64, pas
 			if w.weighted {
 				s = draw.floorAt(t, replay) / draw.p()
 			}
-			e.observe(s*(float64(at)-m*float64(nt))/float64(len(buf)), s, m)
+			e.observe(s*(float64(at)-m*float64(nt))/float64(w.maxQuestions), s, m)
 			if e.rejected(level) {
 				return true
 			}

@@ -12,12 +12,19 @@ import (
 
 // With every entry agreeing at one confidence, the anytime method reports
 // a threshold after at most twice the entries the one-look method needs
-// (MinLines), for targets from 0.5 and the usual deltas; Needs (labels
-// needed from nothing) is exactly the point where it first does.
+// (MinLines), for targets from 0.5 and the usual deltas, when max_questions
+// is the entries' one question; Needs (labels needed from nothing) is
+// exactly the point where it first does. At the default max_questions,
+// one-question entries each weigh 1/DefaultMaxQuestions: the cost is
+// logged, and docs/calibration.md gives it.
 func TestAnytimeAtMostTwiceUniform(t *testing.T) {
 	for _, target := range []float64{0.5, 0.8, 0.9, 0.95, 0.99} {
 		for _, delta := range []float64{0.01, 0.05, 0.1, 0.2} {
-			need := newWalker(target, delta, false).needed(1)
+			need := newWalker(target, delta, false, 1).needed(1)
+			if target == 0.9 && delta == 0.05 {
+				t.Logf("target 0.9, delta 0.05, one question per entry: %d agreeing entries with max_questions 1, %d with the default %d",
+					need, newWalker(target, delta, false, DefaultMaxQuestions).needed(1), DefaultMaxQuestions)
+			}
 			uniform := MinLines(target, delta)
 			if need > 2*uniform {
 				t.Errorf("target %v delta %v: anytime needs %d entries, uniform %d", target, delta, need, uniform)
@@ -27,7 +34,7 @@ func TestAnytimeAtMostTwiceUniform(t *testing.T) {
 				for e := range n {
 					lines = append(lines, simLine(e, 0, 0.7, true))
 				}
-				res, err := Calibrate(lines, Options{Target: target, Delta: delta, By: ByType, MinLabels: 1})
+				res, err := Calibrate(lines, Options{Target: target, Delta: delta, By: ByType, MinLabels: 1, MaxQuestions: 1})
 				if err != nil {
 					t.Fatal(err)
 				}

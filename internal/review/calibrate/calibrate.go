@@ -30,9 +30,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strings"
+	"time"
 
 	"github.com/systemone/systemone-gateway/evaluation"
 )
@@ -54,6 +53,11 @@ const (
 const (
 	DefaultDelta     = 0.05
 	DefaultMinLabels = 30
+	// DefaultCorrectWithin is the correction window: a day.
+	DefaultCorrectWithin = 24 * time.Hour
+	// DefaultMaxQuestions is the most questions of one group an entry
+	// may hold when none is given.
+	DefaultMaxQuestions = 5
 )
 
 // Line is one line of the review API's `/labels`: a labelled question of a
@@ -100,6 +104,13 @@ type Line struct {
 	// Org is the line's `org`: with ByOrg, an org with enough audited
 	// entries in a (model, type) gets a group of its own.
 	Org string
+	// Pending is true for the line of an audited question not labelled
+	// yet (`label` and `agree` null): it holds its entry, and every entry
+	// after it, out of the evidence until it is labelled.
+	Pending bool
+	// Pass is true for a line of an entry a reviewer passed: complete, and
+	// a disagreement (Agree is false).
+	Pass bool
 }
 
 // Options are the calibration's parameters. DefaultOptions gives the
@@ -121,6 +132,19 @@ type Options struct {
 	// Method is MethodAnytime (also "", the default), MethodWeighted for
 	// lines of the active audit, or MethodUniform, valid for one look.
 	Method string
+	// CorrectWithin is the correction window: an entry is evidence once
+	// all its audited questions are labelled (or it is passed) and its
+	// newest label is at least this old at AsOf. The command's default is
+	// DefaultCorrectWithin; 0 takes labels as final at once.
+	CorrectWithin time.Duration
+	// AsOf is the time of the look; the zero time is now.
+	AsOf time.Time
+	// MaxQuestions is the most questions of one group an entry may hold:
+	// each entry's evidence is weighed against it, so that the guarantee
+	// is per answer whatever the entries' sizes, and an entry above it is
+	// refused as evidence and counted (Group.Refused). 0 is
+	// DefaultMaxQuestions.
+	MaxQuestions int
 	// Expect asks for labels_expected, a simulation of each group without
 	// a threshold (a few dozen resampled futures, each up to thousands of
 	// entries): true in DefaultOptions; without it LabelsExpected is
@@ -129,9 +153,21 @@ type Options struct {
 }
 
 // DefaultOptions returns the command's defaults: Delta 0.05, By "type",
-// MinLabels 30, Method "anytime", Expect, and no Target.
+// MinLabels 30, Method "anytime", CorrectWithin a day, MaxQuestions 5,
+// Expect, AsOf now (the zero time), and no Target.
 func DefaultOptions() Options {
-	return Options{Delta: DefaultDelta, By: ByType, MinLabels: DefaultMinLabels, Method: MethodAnytime, Expect: true}
+	return Options{Delta: DefaultDelta, By: ByType, MinLabels: DefaultMinLabels, Method: MethodAnytime,
+		CorrectWithin: DefaultCorrectWithin, MaxQuestions: DefaultMaxQuestions, Expect: true}
+}
+
+func (o Options) maxQuestions() int { return cmp.Or(o.MaxQuestions, DefaultMaxQuestions) }
+
+// asOf is the look's time in nanoseconds since the epoch.
+func (o Options) asOf() int64 {
+	if o.AsOf.IsZero() {
+		return time.Now().UnixNano()
+	}
+	return o.AsOf.UnixNano()
 }
 
 // Methods lists the values of Options.Method, the default first.
@@ -159,6 +195,12 @@ func (o Options) Validate() error {
 	}
 	if o.MinLabels < 1 {
 		errs = append(errs, fmt.Errorf("--min-labels %d is less than 1", o.MinLabels))
+	}
+	if o.CorrectWithin < 0 {
+		errs = append(errs, fmt.Errorf("--correct-within %v is negative", o.CorrectWithin))
+	}
+	if o.MaxQuestions < 0 {
+		errs = append(errs, fmt.Errorf("--max-questions %d is less than 1", o.MaxQuestions))
 	}
 	if o.Method != "" && !slices.Contains(Methods, o.Method) {
 		errs = append(errs, fmt.Errorf("--method %q is not %q, %q or %q", o.Method, MethodAnytime, MethodUniform, MethodWeighted))
@@ -256,6 +298,23 @@ type Group struct {
 	// (MinLines for MethodUniform; the burn-in plus the entries full
 	// agreement takes, for the others), for the message under the table.
 	Needs int
+
+	// CompleteThrough is the newest entry id of the group's complete
+	// prefix (the evidence), "" when it is empty; WaitingOn is the entry
+	// holding it back (the first audited entry of the group that is not
+	// complete), "" when none is.
+	CompleteThrough, WaitingOn string
+	// Waiting counts the group's labelled lines after the prefix: labels
+	// given, not yet evidence.
+	Waiting int
+	// Refused counts the entries of the prefix with more of the group's
+	// questions than MaxQuestions: refused as evidence.
+	Refused int
+	// LateCorrections counts the labels corrected after their entry was
+	// taken as evidence: the review API's count (GET /progress);
+	// HasLateCorrections is false from a file, which cannot tell.
+	LateCorrections    int
+	HasLateCorrections bool
 }
 
 // Calibrate computes a threshold for each group of lines. It fails only on
@@ -266,193 +325,6 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 		s.Add(l)
 	}
 	return s.Calibrate(opts)
-}
-
-// Calibrate computes a threshold for each group of the sample's lines, as
-// the package function does. It reorders the sample's records.
-func (s *Sample) Calibrate(opts Options) (Result, error) {
-	if err := opts.Validate(); err != nil {
-		return Result{}, err
-	}
-	method := opts.method()
-	s.dedupe()
-	res := Result{Target: opts.Target, Delta: opts.Delta, Method: method, Duplicates: s.duplicates}
-
-	drawCounts := make([]int, len(s.draws)) // audited lines per draw
-	for i := range s.records {
-		if r := &s.records[i]; r.is(audited) {
-			drawCounts[r.draw]++
-		} else {
-			res.Ignored++
-		}
-	}
-	if err := checkDraws(s.draws, drawCounts, method); err != nil {
-		return Result{}, err
-	}
-
-	// A question id of its own, with ByQuestion: enough audited lines, and
-	// one type within its model. A pin's `question <id>` threshold applies
-	// to the id whatever the question's type, so an id asked as two types
-	// cannot get a threshold of its own without imposing it on the other
-	// type's answers, which the threshold was not computed from.
-	type key struct{ model, typ, question, org string }
-	count := make([]int, len(s.names))
-	for i := range s.records {
-		if r := &s.records[i]; r.is(audited) {
-			count[r.name]++
-		}
-	}
-	own := map[key]bool{}
-	if opts.By == ByQuestion {
-		types := map[key][]string{} // (model, "", question) -> types
-		for i, n := range s.names {
-			if count[i] == 0 {
-				continue
-			}
-			k := key{n.model, "", n.question, ""}
-			if !slices.Contains(types[k], n.typ) {
-				types[k] = append(types[k], n.typ)
-			}
-		}
-		for i, n := range s.names {
-			if count[i] < opts.MinLabels || n.question == "" {
-				continue // an empty id is the type group's key: stays there
-			}
-			if ts := types[key{n.model, "", n.question, ""}]; len(ts) > 1 {
-				slices.SortFunc(ts, compareTypes)
-				res.Notes = append(res.Notes, fmt.Sprintf(
-					"question %s of %s is asked as %s: kept in its type groups, since a pin's question threshold applies to every type",
-					quoteNote(n.question), quoteNote(n.model), strings.Join(ts, " and ")))
-				continue
-			}
-			own[key{n.model, n.typ, n.question, ""}] = true
-		}
-		slices.Sort(res.Notes)
-		res.Notes = slices.Compact(res.Notes)
-	}
-
-	// Each name's group; the type group exists even when every question
-	// of the type has a group of its own: empty, it says what a new
-	// question id gets.
-	var keys []key
-	groupOf := make([]int, len(s.names))
-	index := map[key]int{}
-	groupIndex := func(k key) int {
-		g, ok := index[k]
-		if !ok {
-			g = len(keys)
-			keys = append(keys, k)
-			index[k] = g
-		}
-		return g
-	}
-	for i, n := range s.names {
-		if count[i] == 0 {
-			groupOf[i] = -1
-			continue
-		}
-		tg := groupIndex(key{n.model, n.typ, "", ""})
-		groupOf[i] = tg
-		if own[key{n.model, n.typ, n.question, ""}] {
-			groupOf[i] = groupIndex(key{n.model, n.typ, n.question, ""})
-		}
-	}
-	// An org of its own, with ByOrg: enough audited entries in its
-	// (model, type). Counted in entries, the unit of evidence.
-	orgGroup := map[[2]uint32]int{} // (type group, org) -> group
-	if opts.By == ByOrg {
-		type seen struct {
-			group int
-			org   uint32
-		}
-		entries := map[seen]map[[2]uint64]bool{}
-		for i := range s.records {
-			r := &s.records[i]
-			if !r.is(audited) {
-				continue
-			}
-			k := seen{groupOf[r.name], r.org}
-			if entries[k] == nil {
-				entries[k] = map[[2]uint64]bool{}
-			}
-			id := [2]uint64{r.entryMs, r.entrySeq}
-			if !r.is(hasEntry) {
-				id = [2]uint64{math.MaxUint64, uint64(r.line)} // an entry of its own
-			}
-			entries[k][id] = true
-		}
-		for k, ids := range entries {
-			org := s.orgs[k.org]
-			if org == "" || len(ids) < opts.MinLabels {
-				continue // "" is the pooled group's key: stays there
-			}
-			tk := keys[k.group]
-			orgGroup[[2]uint32{uint32(k.group), k.org}] = groupIndex(key{tk.model, tk.typ, "", org})
-		}
-	}
-	// Audited records by group, then entry order; the others last.
-	groupOfRecord := func(r *compactLine) int {
-		if !r.is(audited) {
-			return len(keys)
-		}
-		g := groupOf[r.name]
-		if og, ok := orgGroup[[2]uint32{uint32(g), r.org}]; ok {
-			return og
-		}
-		return g
-	}
-	slices.SortFunc(s.records, func(a, b compactLine) int {
-		return cmp.Or(cmp.Compare(groupOfRecord(&a), groupOfRecord(&b)),
-			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq), cmp.Compare(a.index, b.index))
-	})
-	ranges := make([]span, len(keys)) // a group with no records (an empty type group) keeps {0, 0}
-	for lo := 0; lo < len(s.records); {
-		g := groupOfRecord(&s.records[lo])
-		if g == len(keys) {
-			break
-		}
-		hi := lo
-		for hi < len(s.records) && groupOfRecord(&s.records[hi]) == g {
-			hi++
-		}
-		ranges[g] = span{lo, hi}
-		lo = hi
-	}
-	for g, k := range keys {
-		gv := groupView{sample: s, records: s.records[ranges[g].lo:ranges[g].hi], seed: groupSeed(k.model, k.typ, k.question, k.org), expect: opts.Expect}
-		var out Group
-		switch method {
-		case MethodUniform:
-			out = gv.walkUniform(opts.Target, opts.Delta)
-		default:
-			out = gv.walkAnytime(opts.Target, opts.Delta, method == MethodWeighted)
-		}
-		out.Model, out.Type, out.Question, out.Org = k.model, k.typ, k.question, k.org
-		out.lines = make([]uint32, 0, len(gv.records))
-		for _, r := range gv.records {
-			out.lines = append(out.lines, r.line)
-		}
-		res.Groups = append(res.Groups, out)
-	}
-	slices.SortFunc(res.Groups, func(a, b Group) int {
-		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question), cmp.Compare(a.Org, b.Org))
-	})
-
-	// A question group without a threshold has no line in the fragment, so
-	// the gateway gives it its type's threshold, if there is one: a
-	// threshold its labels did not count toward. The route block cannot
-	// send one question id to a human, so the operator is told.
-	for _, q := range res.Groups {
-		if q.Question == "" || q.HasThreshold {
-			continue
-		}
-		if tg, ok := typeGroup(res.Groups, q); ok && tg.HasThreshold {
-			res.Notes = append(res.Notes, fmt.Sprintf(
-				"question %s of %s has no threshold of its own, so it takes its type's (%s %s), computed without its labels; run with --by type, or label more of it",
-				quoteNote(q.Question), quoteNote(q.Model), q.Type, FormatThreshold(tg.Threshold)))
-		}
-	}
-	return res, nil
 }
 
 // typeGroup finds the type group of a question group in sorted groups.

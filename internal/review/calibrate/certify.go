@@ -52,6 +52,8 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		Target: res.Target, Delta: res.Delta, Method: res.Method,
 		Entries: g.Entries, Lines: g.N, Agree: g.Agree, Evidence: g.Evidence,
 		LabelsSHA256: sum, LabelsUntil: until,
+		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
+		MaxQuestions: opts.maxQuestions(),
 	}
 	if g.HasThreshold {
 		c.Threshold = g.Threshold
@@ -104,7 +106,18 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 		opts    Options
 	}
 	runOf := func(c certificate.Certificate) run {
-		return run{c.Created, Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method}}
+		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions}
+		if c.MaxQuestions == 0 {
+			opts.MaxQuestions = DefaultMaxQuestions
+		}
+		// The look as recorded; a certificate from before the look was
+		// recorded is recomputed at its labels_until with no window.
+		opts.AsOf, _ = time.Parse(time.RFC3339Nano, c.AsOf)
+		opts.CorrectWithin, _ = time.ParseDuration(c.CorrectWithin)
+		if c.AsOf == "" {
+			opts.AsOf = time.Unix(0, untilNanos(c.LabelsUntil))
+		}
+		return run{c.Created, opts}
 	}
 	newest := map[run]int64{}
 	for _, c := range certs {
@@ -131,8 +144,14 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 				if err != nil {
 					return nil, fmt.Errorf("line %d: %v", i+1, err)
 				}
-				if l.Labelled == 0 || l.Labelled > newest[r] {
-					continue // labelled after the certificate, or when unknown
+				switch {
+				case l.Pending:
+				case l.Labelled == 0:
+					continue // a label from when unknown
+				case l.Labelled > newest[r]:
+					// Labelled after the certificate: not labelled then,
+					// so it held its entry out of the prefix.
+					l.Pending, l.Agree, l.Labelled = true, false, 0
 				}
 				s.Add(l)
 				lines = append(lines, text)

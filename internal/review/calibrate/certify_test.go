@@ -68,6 +68,7 @@ func TestCertificatesRoundTrip(t *testing.T) {
 	lines = append(lines, orgLines(rng, 5, map[string]float64{"tiny": 1}, "tiny")...) // under min_labels: pooled
 	opts := calibrate.DefaultOptions()
 	opts.Target, opts.By = 0.9, calibrate.ByOrg
+	opts.MaxQuestions = 1
 	res, raw := calibrateRaw(t, lines, opts)
 	certs, err := calibrate.Certify(&res, opts, raw, time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	if err != nil {
@@ -157,6 +158,7 @@ func TestByOrgHardOrgIsHuman(t *testing.T) {
 	lines := orgLines(rng, 200, map[string]float64{"easy": 1, "hard": 0.7}, "easy", "hard")
 	opts := calibrate.DefaultOptions()
 	opts.Target, opts.By = 0.9, calibrate.ByOrg
+	opts.MaxQuestions = 1
 	res, _ := calibrateRaw(t, lines, opts)
 	var frag bytes.Buffer
 	if err := calibrate.WriteFragment(&frag, res); err != nil {
@@ -201,6 +203,7 @@ func TestByOrgCatchesHardOrg(t *testing.T) {
 		lines := orgLines(rng, 300, map[string]float64{"big": 0.99, "hard": 0.85}, "big", "big", "big", "hard")
 		opts := calibrate.DefaultOptions()
 		opts.Target, opts.Expect = target, false
+		opts.MaxQuestions = 1
 		pooled, _ := calibrateRaw(t, lines, opts)
 		if hardAuto(pooled) {
 			pooledAuto++

@@ -21,7 +21,7 @@ import (
 func Commands(check ConfigCheck) []caddycmd.Command {
 	return []caddycmd.Command{{
 		Name:  "calibrate",
-		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--certificates <file>] [--json] <labels>",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--correct-within <duration>] [--max-questions <n>] [--as-of <time>] [--certificates <file>] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
 		Long: `
 Computes, for each model version and question type (and, with --by
@@ -60,10 +60,25 @@ agreeing as they have so far. A line under the table says why each group
 without a threshold has none. --json prints the groups as JSON instead,
 with unrounded thresholds.
 
+Evidence is taken only from each group's complete prefix: its audited
+entries in entry order up to, not including, the first that is not
+complete. An entry is complete when all its audited questions are
+labelled (or it is passed) and its newest label is at least
+--correct-within old at --as-of. An export holds a line with label and
+agree null for each audited question not labelled yet, so the prefix is
+computed from the file alone. The table says, per group held back, the
+entry it waits on (--json: complete_through, waiting_on).
+
+Each entry's evidence is weighed against --max-questions, the most
+questions of one group an entry can hold, so that the guarantee is per
+answer however the entries' sizes vary; an entry above it is refused and
+counted.
+
 No audited label at all is an error (exit status 1); a --target or
 --delta outside (0, 1) exits with status 2.
 
-Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime.
+Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime,
+--correct-within 24h, --max-questions 5, --as-of now.
 `,
 		CobraFunc: setUp,
 	}, {
@@ -107,6 +122,9 @@ func setUp(cmd *cobra.Command) {
 	fl.String("certificates", "", "write a certificate per threshold to this file, and its id on the threshold's line")
 	fl.String("method", defaults.Method, `"anytime" (valid however often you look), "weighted" for the labels of the active audit, or "uniform" (one look only)`)
 	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
+	fl.Duration("correct-within", defaults.CorrectWithin, "the correction window: an entry is evidence once all its audited questions are labelled (or it is passed) and its newest label is this old; 0s takes labels as final at once")
+	fl.String("as-of", "", "the time of the look, RFC 3339 (default now): recomputes a past look")
+	fl.Int("max-questions", defaults.MaxQuestions, "the most questions of one group an entry can hold, fixed in advance: each entry's evidence is weighed against it, an entry above it is refused and counted")
 	cmd.Args = func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {
 			return errors.New("want one <labels> argument: a file, - for standard input, or the URL of a /labels endpoint")
@@ -129,6 +147,19 @@ func run(cmd *cobra.Command, args []string) error {
 	opts.By, _ = fl.GetString("by")
 	opts.MinLabels, _ = fl.GetInt("min-labels")
 	opts.Method, _ = fl.GetString("method")
+	opts.CorrectWithin, _ = fl.GetDuration("correct-within")
+	opts.MaxQuestions, _ = fl.GetInt("max-questions")
+	opts.AsOf = time.Now().UTC()
+	if asOf, _ := fl.GetString("as-of"); fl.Changed("as-of") {
+		if opts.AsOf, err = time.Parse(time.RFC3339Nano, asOf); err != nil {
+			err = fmt.Errorf("--as-of %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", asOf)
+			return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return 2, err })(cmd, args)
+		}
+	}
+	if fl.Changed("max-questions") && opts.MaxQuestions < 1 {
+		err = fmt.Errorf("--max-questions %d is less than 1", opts.MaxQuestions)
+		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return 2, err })(cmd, args)
+	}
 	asJSON, _ := fl.GetBool("json")
 	certFile, _ := fl.GetString("certificates")
 	if err = opts.Validate(); err != nil {

@@ -45,7 +45,7 @@ func TestDocExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := calibrate.DefaultOptions()
-	opts.Target = 0.9
+	opts.Target, opts.MaxQuestions = 0.9, 1
 	res, err := calibrate.Calibrate(lines, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -212,7 +212,10 @@ func (s *Sample) AddLabel(rec *record.Label) error {
 func LineOf(rec *record.Label) (Line, error) {
 	var err error
 	l := Line{Model: rec.Model, Type: rec.Type, Question: rec.Question, Agree: rec.Agree, Audit: rec.Audit,
-		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay || rec.Route == RouteReplayFailed}
+		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay || rec.Route == RouteReplayFailed, Pending: rec.Pending, Pass: rec.Pass}
+	if rec.Pass {
+		l.Agree = false // a passed entry's questions count as disagreements
+	}
 	if rec.Confidence != nil {
 		l.Confidence, l.HasConfidence = max(*rec.Confidence, 0), true // -0 would print as "-0"
 	}

@@ -47,7 +47,7 @@ func TestReadLinesErrors(t *testing.T) {
 		{"null", `null`, "line 3: not a JSON object"},
 		{"agree missing", line(`"agree":true,`, ""), `line 3: no "agree" field`},
 		{"agree a string", line(`"agree":true`, `"agree":"yes"`), `line 3: "agree" is "yes", want true or false`},
-		{"agree null", line(`"agree":true`, `"agree":null`), `line 3: "agree" is null, want true or false`},
+		{"agree null beside a label", line(`"agree":true`, `"agree":null`), `line 3: "agree" is null but "label" is not: want agree true or false for a label`},
 		{"audit a number", line(`"audit":true`, `"audit":1`), `line 3: "audit" is 1, want true or false`},
 		{"model a number", line(`"model":"service-1.0.0"`, `"model":7`), `line 3: "model" is 7, want a string`},
 		{"question missing", line(`"question":"is_safe",`, ""), `line 3: no "question" field`},

@@ -40,14 +40,27 @@ type groupJSON struct {
 	Coverage       float64  `json:"coverage"`
 	LabelsNeeded   int      `json:"labels_needed"`
 	LabelsExpected *int     `json:"labels_expected"`
+	// CompleteThrough and WaitingOn are null when "": how far the
+	// complete prefix reaches, and the entry holding it back.
+	CompleteThrough *string `json:"complete_through"`
+	WaitingOn       *string `json:"waiting_on"`
+	Waiting         int     `json:"waiting"`
+	Refused         int     `json:"refused"`
+	// LateCorrections is the review API's count (GET /progress); null
+	// from a file, which cannot tell.
+	LateCorrections *int `json:"late_corrections"`
 }
 
 // MarshalJSON writes the documented `--json` document: {"target", "delta",
 // "ignored", "groups": [{"model", "type", "question", "org", "labels",
 // "threshold", "agree", "n", "entries", "lower_bound", "coverage",
-// "labels_needed", "labels_expected"}]}, with an unrounded threshold, or
-// null; lower_bound null where the method has none, labels_expected null
-// where there is no estimate. Notes are not part of it.
+// "labels_needed", "labels_expected", "complete_through", "waiting_on",
+// "waiting", "refused", "late_corrections"}]}, with an unrounded
+// threshold, or null; lower_bound null where the method has none,
+// labels_expected null where there is no estimate, complete_through null
+// with an empty prefix, waiting_on null when nothing holds it back,
+// late_corrections null unless the review API counted them. Notes are not
+// part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
 	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	for _, g := range r.Groups {
@@ -64,6 +77,16 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		}
 		if g.HasLabelsExpected {
 			gj.LabelsExpected = &g.LabelsExpected
+		}
+		if g.CompleteThrough != "" {
+			gj.CompleteThrough = &g.CompleteThrough
+		}
+		if g.WaitingOn != "" {
+			gj.WaitingOn = &g.WaitingOn
+		}
+		gj.Waiting, gj.Refused = g.Waiting, g.Refused
+		if g.HasLateCorrections {
+			gj.LateCorrections = &g.LateCorrections
 		}
 		doc.Groups = append(doc.Groups, gj)
 	}
@@ -127,6 +150,18 @@ func WriteTable(w io.Writer, r Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	var held []string
+	for _, g := range r.Groups {
+		if line := prefixLine(g); line != "" {
+			held = append(held, line)
+		}
+	}
+	if len(held) > 0 {
+		fmt.Fprintln(bw)
+		for _, line := range held {
+			fmt.Fprintln(bw, line)
+		}
+	}
 	if len(why) > 0 {
 		fmt.Fprintln(bw)
 		for _, line := range why {
@@ -140,6 +175,39 @@ func WriteTable(w io.Writer, r Result) error {
 		fmt.Fprintf(bw, "EXPECT: the median more audited entries a threshold would take if answers went on agreeing as they have so far.\n")
 	}
 	return bw.Flush()
+}
+
+// prefixLine says, for a group whose evidence is held back or refused,
+// how far its complete prefix reaches and what holds it; "" otherwise.
+func prefixLine(g Group) string {
+	if g.WaitingOn == "" && g.Refused == 0 {
+		return ""
+	}
+	line := groupLabel(g) + ": evidence "
+	if g.CompleteThrough == "" {
+		line += "not started"
+	} else {
+		line += "complete through entry " + g.CompleteThrough
+	}
+	if g.WaitingOn != "" {
+		line += fmt.Sprintf(", waiting on entry %s (not all labelled, or labelled within the correction window); %d labels after it wait", g.WaitingOn, g.Waiting)
+	}
+	if g.Refused > 0 {
+		line += fmt.Sprintf("; %d entries with more questions than --max-questions refused", g.Refused)
+	}
+	return line
+}
+
+// groupLabel names a group in a line under the table.
+func groupLabel(g Group) string {
+	name := display(g.Model) + " " + g.Type
+	if g.Question != "" {
+		name += " question " + display(g.Question)
+	}
+	if g.Org != "" {
+		name += " org " + display(g.Org)
+	}
+	return name
 }
 
 func groupQuestion(g Group) string {

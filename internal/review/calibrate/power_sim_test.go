@@ -105,7 +105,7 @@ func (g grid) entryLines(r *rand.Rand, q int, buf []obsLine) []obsLine {
 // horizon ends.
 func anytimeRun(r *rand.Rand, g grid, target, delta float64, q int) powerRun {
 	_, best := g.best(target)
-	w := newWalker(target, delta, false)
+	w := newWalker(target, delta, false, q) // max_questions set to the entries' size
 	var out powerRun
 	var buf []obsLine
 	for n := 1; n <= powerHorizon; n++ {
@@ -173,10 +173,10 @@ func uniformRun(r *rand.Rand, g grid, target, delta float64) powerRun {
 // group first does (as Calibrate with ByOrg computes it: the org's
 // entries alone, in entry order), 0 when not within the horizon.
 func orgRun(r *rand.Rand, g grid, target, delta float64, orgs int) (pooled int, own []int) {
-	pool := newWalker(target, delta, false)
+	pool := newWalker(target, delta, false, 1)
 	walkers := make([]*walker, orgs)
 	for i := range walkers {
-		walkers[i] = newWalker(target, delta, false)
+		walkers[i] = newWalker(target, delta, false, 1)
 	}
 	own = make([]int, orgs)
 	left := orgs
@@ -317,9 +317,9 @@ func streamLines(seed uint64, g grid, q, orgs, n int) []Line {
 
 // groupFor calibrates lines and returns the group of org ("" for the
 // pooled one).
-func groupFor(t *testing.T, lines []Line, target float64, by, org, method string) Group {
+func groupFor(t *testing.T, lines []Line, target float64, by, org, method string, most int) Group {
 	t.Helper()
-	res, err := Calibrate(lines, Options{Target: target, Delta: simDelta, By: by, MinLabels: 1, Method: method})
+	res, err := Calibrate(lines, Options{Target: target, Delta: simDelta, By: by, MinLabels: 1, Method: method, MaxQuestions: most})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,8 +348,8 @@ func TestPowerSmoke(t *testing.T) {
 		if p.first == 0 {
 			t.Fatalf("%d questions: no threshold within %d entries", q, powerHorizon)
 		}
-		at := groupFor(t, streamLines(7, g, q, 0, p.first), 0.9, ByType, "", MethodAnytime)
-		before := groupFor(t, streamLines(7, g, q, 0, p.first-1), 0.9, ByType, "", MethodAnytime)
+		at := groupFor(t, streamLines(7, g, q, 0, p.first), 0.9, ByType, "", MethodAnytime, q)
+		before := groupFor(t, streamLines(7, g, q, 0, p.first-1), 0.9, ByType, "", MethodAnytime, q)
 		if !at.HasThreshold || before.HasThreshold {
 			t.Errorf("%d questions: the walker reports at entry %d; Calibrate there %v, one entry before %v", q, p.first, at.HasThreshold, before.HasThreshold)
 		}
@@ -361,8 +361,8 @@ func TestPowerSmoke(t *testing.T) {
 		t.Fatalf("pooled %d, orgs %v: a group without a threshold within the horizon", pooled, own)
 	}
 	check := func(by, org string, n int) {
-		at := groupFor(t, streamLines(7, g, 1, 4, n), 0.9, by, org, MethodAnytime)
-		before := groupFor(t, streamLines(7, g, 1, 4, n-1), 0.9, by, org, MethodAnytime)
+		at := groupFor(t, streamLines(7, g, 1, 4, n), 0.9, by, org, MethodAnytime, 1)
+		before := groupFor(t, streamLines(7, g, 1, 4, n-1), 0.9, by, org, MethodAnytime, 1)
 		if !at.HasThreshold || before.HasThreshold {
 			t.Errorf("org %q: the walker reports at entry %d; Calibrate there %v, one entry before %v", org, n, at.HasThreshold, before.HasThreshold)
 		}
@@ -376,8 +376,8 @@ func TestPowerSmoke(t *testing.T) {
 	if u.first == 0 {
 		t.Fatalf("uniform: no threshold within %d entries", powerHorizon)
 	}
-	at := groupFor(t, streamLines(7, risingCurve.grid(), 1, 0, u.first), 0.9, ByType, "", MethodUniform)
-	before := groupFor(t, streamLines(7, risingCurve.grid(), 1, 0, u.first-powerLookEvery), 0.9, ByType, "", MethodUniform)
+	at := groupFor(t, streamLines(7, risingCurve.grid(), 1, 0, u.first), 0.9, ByType, "", MethodUniform, 1)
+	before := groupFor(t, streamLines(7, risingCurve.grid(), 1, 0, u.first-powerLookEvery), 0.9, ByType, "", MethodUniform, 1)
 	if !at.HasThreshold || before.HasThreshold {
 		t.Errorf("uniform: the walk reports at entry %d; Calibrate there %v, a look before %v", u.first, at.HasThreshold, before.HasThreshold)
 	}

@@ -51,10 +51,18 @@ func simLine(e, q int, confidence float64, agree bool) Line {
 		Agree: agree, Audit: true, Entry: EntryID{Ms: simBase + uint64(e), Set: true}, RequestID: "r" + strconv.Itoa(e)}
 }
 
-// reports says whether calibrating lines gives the group a threshold.
+// reports says whether calibrating lines gives the group a threshold,
+// max_questions the simulation's entries' most questions (fixed by the
+// scenario, before any label).
 func reports(t *testing.T, lines []Line, method string) bool {
 	t.Helper()
-	res, err := Calibrate(lines, Options{Target: simTarget, Delta: simDelta, By: ByType, MinLabels: 1, Method: method})
+	perEntry := map[EntryID]int{}
+	most := 1
+	for _, l := range lines {
+		perEntry[l.Entry]++
+		most = max(most, perEntry[l.Entry])
+	}
+	res, err := Calibrate(lines, Options{Target: simTarget, Delta: simDelta, By: ByType, MinLabels: 1, Method: method, MaxQuestions: most})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,20 @@ const (
 	// unkeyed: no request_id and no entry to tell a copy by; never a
 	// duplicate of anything.
 	unkeyed
+	// pending: a question not labelled yet (Line.Pending).
+	pending
+	// incomplete: a line of an entry that is not complete at the look
+	// (Sample.markComplete).
+	incomplete
 )
+
+// entryID writes the record's entry id as the stream does; "" without one.
+func (r *compactLine) entryID() string {
+	if !r.is(hasEntry) {
+		return ""
+	}
+	return strconv.FormatUint(r.entryMs, 10) + "-" + strconv.FormatUint(r.entrySeq, 10)
+}
 
 func (r *compactLine) is(f recordFlags) bool { return r.flags&f != 0 }
 
@@ -141,7 +154,7 @@ func (s *Sample) Add(l Line) {
 	for _, f := range []struct {
 		on   bool
 		flag recordFlags
-	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}} {
+	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}, {l.Pending, pending}} {
 		if f.on {
 			r.flags |= f.flag
 		}

@@ -30,7 +30,7 @@ func TestCertificatesCommands(t *testing.T) {
 	if err := os.WriteFile(labels, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := runCommand(t, nil, "--target", "0.9", "--by", "org", "--certificates", certs, labels)
+	out, _, err := runCommand(t, nil, "--target", "0.9", "--by", "org", "--max-questions", "1", "--certificates", certs, labels)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func TestWeightedAgreesOnUniformLines(t *testing.T) {
 					lines[i].Draw = Draw{}
 				}
 			}
-			opts := Options{Target: 0.9, Delta: 0.05, By: by, MinLabels: 100, Method: MethodAnytime}
+			opts := Options{Target: 0.9, Delta: 0.05, By: by, MinLabels: 100, Method: MethodAnytime, MaxQuestions: 1}
 			want, err := Calibrate(lines, opts)
 			if err != nil {
 				t.Fatal(err)
@@ -144,7 +144,7 @@ func TestWeightedWeighs(t *testing.T) {
 	}
 	// In the order drawn: independent draws, so a random order.
 	rand.New(rand.NewPCG(1, 1)).Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
-	res, err := Calibrate(lines, Options{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodWeighted})
+	res, err := Calibrate(lines, Options{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodWeighted, MaxQuestions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestWeightedBettingBound(t *testing.T) {
 		c := []float64{0.9, 0.6}[i%2]
 		lines = append(lines, d.line(c, c == 0.6 || i%40 != 0))
 	}
-	res, err := Calibrate(lines, Options{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodWeighted})
+	res, err := Calibrate(lines, Options{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodWeighted, MaxQuestions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestWeightedBettingBound(t *testing.T) {
 		t.Errorf("group %+v: want a threshold at or below 0.6 with a betting bound in [0.9, 0.9917], coverage 1", g)
 	}
 	// At 0.995, above the truth, 0.6 must fail; 0.9 (95%) fails too.
-	res, _ = Calibrate(lines, Options{Target: 0.995, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodWeighted})
+	res, _ = Calibrate(lines, Options{Target: 0.995, Delta: 0.05, By: ByType, MinLabels: 1, Method: MethodWeighted, MaxQuestions: 1})
 	if g := res.Groups[0]; g.HasThreshold || g.LowerBound >= 0.995 {
 		t.Errorf("target 0.995: %+v", g)
 	}
@@ -198,7 +198,7 @@ func TestCommandMethod(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--method weighted") {
 		t.Errorf("default method on active lines: %v", err)
 	}
-	out, _, err := runCommand(t, strings.NewReader(strings.Repeat(in, 50)), "--target", "0.9", "--method", "weighted", "-")
+	out, _, err := runCommand(t, strings.NewReader(strings.Repeat(in, 50)), "--target", "0.9", "--method", "weighted", "--max-questions", "1", "-")
 	if err != nil || !strings.Contains(out, "\t\tnoul ") {
 		t.Errorf("--method weighted: %v\n%s", err, out)
 	}

@@ -62,6 +62,15 @@ type Certificate struct {
 	LabelsUntil  string `json:"labels_until"`
 	// Created is when the certificate was written, RFC 3339 UTC.
 	Created string `json:"created"`
+	// AsOf is the time of the look the evidence was taken at (RFC 3339
+	// UTC), CorrectWithin the correction window (a Go duration) and
+	// MaxQuestions the most questions of the group an entry could hold:
+	// what the complete prefix and the weights were computed with, so
+	// that verify recomputes the same. Absent from a certificate written
+	// before they were recorded (read as a window of 0 at labels_until).
+	AsOf          string `json:"as_of,omitempty"`
+	CorrectWithin string `json:"correct_within,omitempty"`
+	MaxQuestions  int    `json:"max_questions,omitempty"`
 }
 
 // IDLen is the number of hex digits of a certificate id.

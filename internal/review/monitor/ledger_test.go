@@ -13,6 +13,16 @@ import (
 // replays random operations through both and compares every state. Not
 // safe for concurrent use.
 type Ledger struct {
+	// Window is the correction window (in the clock's units): an entry is
+	// taken only once its newest label is this old. Horizon, when not "",
+	// is the first audited entry with no label at all: Take stops before
+	// it, so that the evidence is the complete prefix.
+	Window  int64
+	Horizon string
+	// Refused counts, per group, the entries with more of its questions
+	// than Params.MaxQuestions: not observed.
+	Refused map[string]int
+
 	Params Params
 	// States and Alarms are the state hash and the alarm set.
 	States map[string]State
@@ -28,6 +38,11 @@ type Ledger struct {
 type pendingEntry struct {
 	due       int64
 	requestID string
+	// total is how many questions of the entry feed a group (its audited
+	// auto questions): the entry is complete once that many are noted;
+	// at is when its newest label was noted.
+	total     int
+	at        int64
 	questions []QuestionLabel // an entry holds few: a slice beats a map
 }
 
@@ -58,6 +73,13 @@ func NewLedger(p Params) *Ledger {
 // label of the same question replaces it until the entry is taken; a label
 // after that changes nothing.
 func (l *Ledger) Note(entry string, due int64, requestID string, q QuestionLabel) {
+	l.NoteOf(entry, due, requestID, 0, 0, q)
+}
+
+// NoteOf is Note for an entry with total questions that feed a group, the
+// label noted at time at: Take takes the entry only once total of its
+// questions are noted and Window has passed since its newest label.
+func (l *Ledger) NoteOf(entry string, due int64, requestID string, total int, at int64, q QuestionLabel) {
 	if l.taken[entry] {
 		return
 	}
@@ -66,6 +88,7 @@ func (l *Ledger) Note(entry string, due int64, requestID string, q QuestionLabel
 		p = &pendingEntry{due: due, requestID: requestID}
 		l.pending[entry] = p
 	}
+	p.total, p.at = total, max(p.at, at)
 	for i := range p.questions {
 		if p.questions[i].Question == q.Question {
 			p.questions[i] = q
@@ -91,7 +114,7 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 			oldest = e
 		}
 	}
-	if oldest == "" || l.pending[oldest].due > now {
+	if oldest == "" || !l.ready(oldest, now) {
 		return 0, nil
 	}
 	entries := l.order[:0]
@@ -107,7 +130,7 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 			break
 		}
 		p := l.pending[e]
-		if p.due > now {
+		if !l.ready(e, now) {
 			break
 		}
 		n++
@@ -135,6 +158,13 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 		}
 		slices.SortFunc(counts, func(a, b groupCount) int { return strings.Compare(a.member, b.member) })
 		for _, c := range counts {
+			if l.Params.MaxQuestions > 0 && c.labels > int64(l.Params.MaxQuestions) {
+				if l.Refused == nil {
+					l.Refused = map[string]int{}
+				}
+				l.Refused[c.member]++
+				continue
+			}
 			s, raised := Update(l.Params, l.state(c.member), c.agree, c.labels)
 			l.States[c.member] = s
 			if raised {
@@ -177,3 +207,12 @@ func (l *Ledger) Reset(m string) (State, bool) {
 
 // Pending is the number of entries awaiting their observation.
 func (l *Ledger) Pending() int { return len(l.pending) }
+
+// ready reports whether the pending entry is complete and due at now: its
+// first label settled, every question that feeds a group noted, its newest
+// label older than Window, and before Horizon.
+func (l *Ledger) ready(entry string, now int64) bool {
+	p := l.pending[entry]
+	return p.due <= now && len(p.questions) >= p.total && now-p.at >= l.Window &&
+		(l.Horizon == "" || entry < l.Horizon)
+}

@@ -73,6 +73,13 @@ type Params struct {
 	// in (0, 1): its k-th sequence alarms at level Alpha/2^k. Default
 	// DefaultAlpha.
 	Alpha float64
+	// MaxQuestions, when above 0, is the most questions of a group an
+	// entry may hold: each observation is (Target labels - agree) /
+	// MaxQuestions, so that every answer weighs the same whatever the
+	// entry's size, and an entry with more is refused (Ledger.Refused);
+	// 0 weighs each entry's share of agreeing answers (the same when
+	// every entry holds MaxQuestions).
+	MaxQuestions int
 }
 
 // Validate checks the ranges; NaN is outside both.
@@ -162,8 +169,12 @@ func Update(p Params, s State, agree, labels int64) (State, bool) {
 	s.Entries++
 	s.Labels += labels
 	s.Agree += agree
-	x := float64(agree) / float64(labels)
-	y := p.Target - x
+	var y float64
+	if p.MaxQuestions > 0 {
+		y = float64(float64(p.Target*float64(labels))-float64(agree)) / float64(p.MaxQuestions)
+	} else {
+		y = p.Target - float64(agree)/float64(labels)
+	}
 	f := 1 + float64(s.Bet*y)
 	s.Evidence = min(float64(s.Evidence*f), MaxEvidence)
 	z := y / f

@@ -9,9 +9,9 @@ import (
 // A script starts with it, before its own code:
 //
 //	guarantee_fresh(target)
-//	guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
-//	guarantee_note(K, entry, due, request_id, question, member, agree)
-//	guarantee_take(K, now, limit, target, alpha, max_bet, gain)
+//	guarantee_update(state, agree, labels, target, alpha, max_bet, gain, maxq)
+//	guarantee_note(K, entry, due, request_id, question, member, agree, total, at)
+//	guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon, maxq)
 //	guarantee_reset(K, member, target, token)
 //
 // guarantee_update is Update step by step: it takes a stored state (false

@@ -17,7 +17,7 @@ import (
 // noteScript notes one label, as the review API's label script does; the
 // test drives it with the store's own take and reset scripts.
 var noteScript = redis.NewScript(Library + `
-guarantee_note(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))
+guarantee_note(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
 return 1`)
 
 // Exact replay: random notes (first labels, corrections, duplicates of a
@@ -32,7 +32,7 @@ func TestLuaMatchesLedger(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := context.Background()
 	members := []string{"noul:m:1", "choice:m:1", "noul@acme:m:1", "score:other"}
-	for c, params := range []Params{{0.9, 0.05}, {0.95, 0.05}, {0.8, 0.01}, {0.999, 0.2}, {0.123456789, 0.0333}} {
+	for c, params := range []Params{{0.9, 0.05, 0}, {0.95, 0.05, 3}, {0.8, 0.01, 0}, {0.999, 0.2, 2}, {0.123456789, 0.0333, 4}} {
 		rng := rand.New(rand.NewPCG(5, uint64(c)))
 		keys := LuaKeys(fmt.Sprintf("case%d:", c))
 		args := LuaArgs(params)
@@ -49,19 +49,36 @@ func TestLuaMatchesLedger(t *testing.T) {
 				}
 				q := QuestionLabel{Question: fmt.Sprint("q", rng.IntN(4)), Member: members[rng.IntN(len(members))], Agree: rng.Float64() < p}
 				due := now + int64(rng.IntN(3))*10
-				ledger.Note(entry, due, rid, q)
+				// An entry of one or two questions that feed a group,
+				// complete once both are noted (in the later cases).
+				total := 0
+				if c >= 2 {
+					n, _ := strconv.Atoi(entry)
+					total = 1 + n%2
+				}
+				ledger.NoteOf(entry, due, rid, total, now, q)
 				agree := "0"
 				if q.Agree {
 					agree = "1"
 				}
-				if err := noteScript.Run(ctx, client, keys, entry, due, rid, q.Question, q.Member, agree).Err(); err != nil {
+				if err := noteScript.Run(ctx, client, keys, entry, due, rid, q.Question, q.Member, agree, total, now).Err(); err != nil {
 					t.Fatal(err)
 				}
 			case op < 39: // a take
 				now += int64(rng.IntN(15))
 				limit := 1 + rng.IntN(5)
+				// A correction window, and a horizon (the first entry
+				// with no label) in the later cases.
+				if c >= 2 {
+					ledger.Window = 7
+					ledger.Horizon = ""
+					if rng.IntN(3) == 0 {
+						ledger.Horizon = fmt.Sprintf("%08d", rng.IntN(step/3+1))
+					}
+				}
 				n, taken := ledger.Take(now, limit)
-				out, err := takeScript.Run(ctx, client, keys, append([]string{strconv.FormatInt(now, 10), strconv.Itoa(limit)}, args...)).StringSlice()
+				out, err := takeScript.Run(ctx, client, keys, append(append([]string{strconv.FormatInt(now, 10), strconv.Itoa(limit)}, args...),
+					strconv.FormatInt(ledger.Window, 10), ledger.Horizon, strconv.Itoa(params.MaxQuestions))).StringSlice()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -44,8 +44,10 @@ type Observed struct {
 }
 
 // takeScript observes the pending entries due at now, in entry order
-// (guarantee_take): KEYS LuaKeys; ARGV now (Unix ms), limit, LuaArgs. It
-// returns the number of entries taken, then per group observed: member,
+// (guarantee_take): KEYS LuaKeys; ARGV now (Unix ms), limit, LuaArgs, the
+// correction window (ms), the horizon (the index member of the first
+// audited entry with auto questions and no label, "" for none),
+// max_questions. It returns the number of entries taken, then per group observed: member,
 // state, raised (1|0). Every instance may run it at any time: it is
 // atomic, so each entry is observed exactly once.
 //
@@ -58,13 +60,16 @@ var takeScript = redis.NewScript(Library + takeLua)
 // that a backlog never holds Redis for long.
 const takeBatch = 200
 
-// Take observes every pending entry due at now, in batches, and returns
+// Take observes every pending entry due at now, complete and with its
+// newest label older than window, before horizon (the first audited entry
+// with auto questions and no label, "" for none), in batches, and returns
 // the groups observed.
-func (s *Store) Take(ctx context.Context, now time.Time, p Params) ([]Observed, error) {
+func (s *Store) Take(ctx context.Context, now time.Time, p Params, window time.Duration, horizon string) ([]Observed, error) {
 	var updates []Observed
 	for {
 		step, cancel := context.WithTimeout(ctx, s.timeout)
 		args := append([]any{now.UnixMilli(), takeBatch}, anys(LuaArgs(p))...)
+		args = append(args, window.Milliseconds(), horizon, p.MaxQuestions)
 		out, err := takeScript.Run(step, s.client, s.Keys(), args...).StringSlice()
 		cancel()
 		if err != nil {

@@ -59,10 +59,32 @@ type Label struct {
 	Reviewer string `json:"reviewer"`
 	// TS is when the label was stored, RFC 3339 in UTC.
 	TS string `json:"ts"`
+	// Pass is true on the lines of an entry a reviewer passed (could not
+	// judge): such a line has no label, its agree is written null, and
+	// the calibration and the monitor take it as a disagreement.
+	Pass bool `json:"pass,omitempty"`
+	// Pending marks the line of an audited question not labelled yet:
+	// written with label and agree null, so that an export holds the
+	// whole audited sample. Never stored.
+	Pending bool `json:"-"`
 }
 
-// Marshal writes l as one compact JSON line, without the newline.
-func (l *Label) Marshal() ([]byte, error) { return json.Marshal(l) }
+// Marshal writes l as one compact JSON line, without the newline; agree
+// is null on a pending or passed line.
+func (l *Label) Marshal() ([]byte, error) {
+	if !l.Pending && !l.Pass {
+		return json.Marshal(l)
+	}
+	c := *l
+	c.Label = nil
+	return json.Marshal(struct {
+		*labelJSON
+		Agree *bool `json:"agree"`
+	}{(*labelJSON)(&c), nil})
+}
+
+// labelJSON is Label without its Marshal method.
+type labelJSON Label
 
 // labelWire is a line as ParseLabel's fast path decodes it: one
 // json.Unmarshal into typed fields. A nil field was absent or null; a line
@@ -87,11 +109,14 @@ type labelWire struct {
 	Route      *string         `json:"route"`
 	Reviewer   *string         `json:"reviewer"`
 	TS         *string         `json:"ts"`
+	Pass       *bool           `json:"pass"`
 }
 
 // ParseLabel reads one `/labels` line, as written by the review API, by
 // `replay` or by hand. model, type, question, agree, audit and confidence
-// are required (confidence may be null), of their JSON kinds; confidence
+// are required (confidence may be null; agree is null on a passed line,
+// `"pass": true`, and on the line of a question not labelled yet, which
+// has a null label too: Pending), of their JSON kinds; confidence
 // and the audit fields, when present, are numbers from 0 to 1; entry, when
 // present, is a stream entry id. The other fields may be absent (they read
 // as ""), and fields the format does not name are ignored. The error says
@@ -99,7 +124,7 @@ type labelWire struct {
 func ParseLabel(raw []byte) (Label, error) {
 	var w labelWire
 	if json.Unmarshal(raw, &w) != nil || w.Model == nil || w.Type == nil || w.Question == nil ||
-		w.Agree == nil || w.Audit == nil || w.Confidence == nil || !(*w.Confidence >= 0 && *w.Confidence <= 1) {
+		w.Agree == nil || w.Pass != nil || w.Audit == nil || w.Confidence == nil || !(*w.Confidence >= 0 && *w.Confidence <= 1) {
 		return parseLabelStrict(raw)
 	}
 	l := Label{Model: *w.Model, Type: *w.Type, Question: *w.Question, Agree: *w.Agree, Audit: *w.Audit,
@@ -171,7 +196,23 @@ func parseLabelStrict(raw []byte) (Label, error) {
 	get("model", &l.Model, "a string", false)
 	get("type", &l.Type, "a string", false)
 	get("question", &l.Question, "a string", false)
-	get("agree", &l.Agree, "true or false", false)
+	if v, ok := fields["pass"]; ok && !bytes.Equal(v, []byte("null")) {
+		if json.Unmarshal(v, &l.Pass) != nil {
+			return Label{}, fmt.Errorf("\"pass\" is %s, want true or false", abbreviate(v))
+		}
+	}
+	if v, ok := fields["agree"]; ok && bytes.Equal(v, []byte("null")) {
+		// A passed line, or a question not labelled yet (its label null).
+		if !l.Pass && !IsNull(fields["label"]) {
+			return Label{}, errors.New("\"agree\" is null but \"label\" is not: want agree true or false for a label")
+		}
+		l.Pending = !l.Pass
+	} else {
+		get("agree", &l.Agree, "true or false", false)
+		if err == nil && l.Pass {
+			return Label{}, errors.New("\"pass\" is true but \"agree\" is not null")
+		}
+	}
 	get("audit", &l.Audit, "true or false", false)
 	const wantConfidence = "a number from 0 to 1 or null"
 	var confidence float64

@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -65,6 +66,41 @@ func TestAgree(t *testing.T) {
 		}
 		if got := Agree(tc.typ, json.RawMessage(tc.label), answer); got != tc.want {
 			t.Errorf("agree(%s, %s, %s) = %v", tc.typ, tc.label, tc.answer, got)
+		}
+	}
+}
+
+func TestPendingAndPassLines(t *testing.T) {
+	c := 0.9
+	for _, tc := range []struct {
+		l    Label
+		want string
+	}{
+		{Label{Entry: "1-0", Model: "m", Type: "noul", Question: "q", Confidence: &c, Audit: true, Pending: true}, `"agree":null`},
+		{Label{Entry: "1-0", Model: "m", Type: "noul", Question: "q", Confidence: &c, Audit: true, Pass: true, Label: json.RawMessage("true")}, `"pass":true`},
+	} {
+		b, err := tc.l.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(b) || !strings.Contains(string(b), `"agree":null`) || !strings.Contains(string(b), `"label":null`) || !strings.Contains(string(b), tc.want) {
+			t.Fatalf("%s: want label and agree null and %s", b, tc.want)
+		}
+		got, err := ParseLabel(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Pending != tc.l.Pending || got.Pass != tc.l.Pass || got.Agree {
+			t.Errorf("%s read back as pending %v pass %v agree %v", b, got.Pending, got.Pass, got.Agree)
+		}
+	}
+	for _, bad := range []string{
+		`{"model":"m","type":"noul","question":"q","confidence":0.5,"audit":true,"label":true,"agree":null}`,
+		`{"model":"m","type":"noul","question":"q","confidence":0.5,"audit":true,"label":null,"agree":true,"pass":true}`,
+		`{"model":"m","type":"noul","question":"q","confidence":0.5,"audit":true,"agree":true,"pass":1}`,
+	} {
+		if _, err := ParseLabel([]byte(bad)); err == nil {
+			t.Errorf("%s: read without an error", bad)
 		}
 	}
 }

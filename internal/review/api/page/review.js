@@ -23,7 +23,7 @@
 	const ui = {
 		reviewer: $('reviewer'), reload: $('reload'), status: $('status'), error: $('error'),
 		item: $('item'), kind: $('kind'), meta: $('meta'), content: $('content'), questions: $('questions'),
-		save: $('save'), skip: $('skip'),
+		save: $('save'), skip: $('skip'), pass: $('pass'),
 		target: $('target'), by: $('by'), byNote: $('by-note'), progressStatus: $('progress-status'), groups: $('groups'),
 	};
 
@@ -34,6 +34,7 @@
 		active: 0,      // index of the question keys apply to
 		phase: 'audit', // 'audit': unlabelled audited entries; 'rest': the others
 		cursor: '',     // the last item id passed (labelled or skipped) in this phase
+		waitingOn: '', // the oldest entry holding a group's evidence back (/progress waiting_on)
 		busy: false,
 	};
 
@@ -132,6 +133,17 @@
 		setStatus('loading', 'Loading…');
 		clearError();
 		try {
+			// The entry holding the evidence back comes first, unless it
+			// was just saved or skipped.
+			if (state.waitingOn && state.waitingOn !== state.cursor && state.waitingOn !== (state.item && state.item.id)) {
+				try {
+					const held = await getJSON('items/' + encodeURIComponent(state.waitingOn));
+					if (held.audit && held.questions.some((q) => !(held.labels && q.id in held.labels))) {
+						show(held);
+						return;
+					}
+				} catch (e) { /* trimmed or gone: on to the queue */ }
+			}
 			for (let wrapped = fromStart || (state.phase === 'audit' && !state.cursor); ;) {
 				let path = 'items?unlabeled=1&limit=1' + (state.phase === 'audit' ? '&audit=1' : '');
 				if (state.cursor) path += '&after=' + encodeURIComponent(state.cursor);
@@ -361,6 +373,12 @@
 		const labels = {};
 		for (const q of item.questions) if (q.id in state.labels) labels[q.id] = state.labels[q.id];
 		if (Object.keys(labels).length === 0) return;
+		await store(item, { labels, reviewer }, 'Saved ');
+	}
+
+	// store PUTs body as the item's labels, then moves on to the next item,
+	// saying done and the item's id.
+	async function store(item, body, done) {
 		state.busy = true;
 		setStatus('saving', 'Saving…');
 		clearError();
@@ -368,19 +386,35 @@
 			const resp = await fetch(api('items/' + encodeURIComponent(item.id) + '/labels'), {
 				method: 'PUT', credentials: 'same-origin',
 				headers: { 'Content-Type': 'application/json' },
-				body: JSON.stringify({ labels, reviewer }),
+				body: JSON.stringify(body),
 			});
 			if (resp.status !== 204) throw new Error(apiError(resp, await readJSON(resp)));
 			state.cursor = item.id;
 			loadProgress();
 			state.busy = false;
 			await load(false);
-			if (document.body.dataset.status !== 'error') ui.status.textContent = 'Saved ' + item.id + '. ' + ui.status.textContent;
+			if (document.body.dataset.status !== 'error') ui.status.textContent = done + item.id + '. ' + ui.status.textContent;
 		} catch (e) {
 			state.busy = false;
 			showError('Saving failed: ' + e.message);
 			setStatus('ready', 'Item ' + item.id);
 		}
+	}
+
+	// pass stores a pass for the item: it cannot be judged, and counts as
+	// disagreeing on every question, so that passing cannot help a
+	// threshold.
+	async function pass() {
+		const item = state.item;
+		if (!item || state.busy) return;
+		const reviewer = ui.reviewer.value.trim();
+		if (!reviewer) {
+			showError('Enter your name as reviewer first.');
+			ui.reviewer.focus();
+			return;
+		}
+		storeReviewer(reviewer);
+		await store(item, { pass: true, reviewer }, 'Passed ');
 	}
 
 	function skip() {
@@ -430,8 +464,17 @@
 					el('td', null, g.n > 0 ? g.agree + '/' + g.n + ' (' + (100 * g.agree / g.n).toFixed(1) + '%)' : 'too few at the top'),
 					el('td', { className: 'threshold' }, passed ? threshold(g.threshold) : 'none yet'),
 					el('td', { className: 'needed' }, needed),
-					el('td', { className: 'expected' }, expected));
+					el('td', { className: 'expected' }, expected),
+					// How far the complete prefix (the evidence) reaches.
+					el('td', { className: 'prefix' }, g.waiting_on ? 'waiting on ' + g.waiting_on + (g.complete_through ? ' (through ' + g.complete_through + ')' : '') : (g.complete_through ? 'through ' + g.complete_through : '–')),
+					el('td', { className: 'late' }, g.late_corrections === undefined || g.late_corrections === null ? '–' : String(g.late_corrections)));
 			});
+			// The oldest entry holding a group's evidence back: served first.
+			const waiting = body.groups.map((g) => g.waiting_on).filter((w) => w).sort((a, b) => {
+				const [am, as] = a.split('-').map(Number), [bm, bs] = b.split('-').map(Number);
+				return am - bm || as - bs;
+			});
+			state.waitingOn = waiting[0] || '';
 			ui.groups.tBodies[0].replaceChildren(...rows);
 			ui.groups.hidden = rows.length === 0;
 			ui.progressStatus.textContent = 'Target ' + body.target + ': ' + (rows.length === 0
@@ -470,6 +513,7 @@
 			if (item.questions.every((x) => x.id in state.labels)) save();
 			break;
 		case 's': skip(); break;
+		case 'p': pass(); break;
 		case 'ArrowDown': case 'j': setActive(state.active + 1); break;
 		case 'ArrowUp': case 'k': setActive(state.active - 1); break;
 		default:
@@ -532,6 +576,7 @@
 	ui.reload.addEventListener('click', () => { if (!state.busy) load(true); });
 	ui.save.addEventListener('click', save);
 	ui.skip.addEventListener('click', skip);
+	ui.pass.addEventListener('click', pass);
 	document.addEventListener('keydown', onKey);
 	load(true);
 	// Without a target of the reviewer's own, the monitor's target: the one

@@ -18,7 +18,7 @@ local function guarantee_next_sequence(seq)
   if seq + 1 > 1000 then return 1000 end
   return seq + 1
 end
-local function guarantee_update(state, agree, labels, target, alpha, max_bet, gain)
+local function guarantee_update(state, agree, labels, target, alpha, max_bet, gain, maxq)
   local t, seq, e, n, k, ev, bet, curv, alarm = target, 1, 0, 0, 0, 1, 0, 1, '0'
   if state and state ~= '' then
     t, seq, e, n, k, ev, bet, curv, alarm = guarantee_fields(state)
@@ -29,8 +29,12 @@ local function guarantee_update(state, agree, labels, target, alpha, max_bet, ga
   e = e + 1
   n = n + labels
   k = k + agree
-  local x = agree / labels
-  local y = target - x
+  local y
+  if maxq and maxq > 0 then
+    y = (target * labels - agree) / maxq
+  else
+    y = target - agree / labels
+  end
   local f = 1 + bet * y
   ev = ev * f
   if ev > 1e300 then ev = 1e300 end
@@ -43,12 +47,14 @@ local function guarantee_update(state, agree, labels, target, alpha, max_bet, ga
   if alarm == '0' and ev >= 1 / level then alarm = '1'; raised = true end
   return guarantee_encode(t, seq, e, n, k, ev, bet, curv, alarm), raised
 end
-local function guarantee_note(K, entry, due, request_id, question, member, agree)
+local function guarantee_note(K, entry, due, request_id, question, member, agree, total, at)
   if redis.call('SISMEMBER', K[7], entry) == 1 then return end
   local raw = redis.call('HGET', K[6], entry)
   local o
   if raw then o = cjson.decode(raw) else o = {r = request_id, q = {}} end
   o.q['q' .. question] = {agree, member}
+  o.n = total or 0
+  o.t = math.max(o.t or 0, at or 0)
   redis.call('HSET', K[6], entry, cjson.encode(o))
   redis.call('ZADD', K[4], 0, entry)
   redis.call('HSETNX', K[5], entry, due)
@@ -63,14 +69,22 @@ local function guarantee_state(K, member, target)
   end
   return state
 end
-local function guarantee_take(K, now, limit, target, alpha, max_bet, gain)
+local function guarantee_take(K, now, limit, target, alpha, max_bet, gain, window, horizon, maxq)
   local entries = redis.call('ZRANGE', K[4], '-', '+', 'BYLEX', 'LIMIT', 0, limit)
   local taken, out = 0, {}
+  window, horizon = window or 0, horizon or ''
   for _, entry in ipairs(entries) do
     local due = tonumber(redis.call('HGET', K[5], entry))
     if due and due > now then break end
-    taken = taken + 1
+    if horizon ~= '' and entry >= horizon then break end
     local raw = redis.call('HGET', K[6], entry)
+    if raw then
+      local o = cjson.decode(raw)
+      local noted = 0
+      for _ in pairs(o.q) do noted = noted + 1 end
+      if noted < (o.n or 0) or now - (o.t or 0) < window then break end
+    end
+    taken = taken + 1
     redis.call('ZREM', K[4], entry)
     redis.call('HDEL', K[5], entry)
     redis.call('HDEL', K[6], entry)
@@ -96,7 +110,11 @@ local function guarantee_take(K, now, limit, target, alpha, max_bet, gain)
       end
       table.sort(members)
       for _, member in ipairs(members) do
-        local state, raised = guarantee_update(guarantee_state(K, member, target), counts[member][1], counts[member][2], target, alpha, max_bet, gain)
+        if maxq and maxq > 0 and counts[member][2] > maxq then
+          -- More questions of the group than max_questions: refused.
+          redis.call('HINCRBY', K[1] .. ':refused', member, 1)
+        else
+        local state, raised = guarantee_update(guarantee_state(K, member, target), counts[member][1], counts[member][2], target, alpha, max_bet, gain, maxq)
         redis.call('HSET', K[1], member, state)
         local r = '0'
         if raised then
@@ -106,6 +124,7 @@ local function guarantee_take(K, now, limit, target, alpha, max_bet, gain)
         out[#out + 1] = member
         out[#out + 1] = state
         out[#out + 1] = r
+        end
       end
     end
   end
