@@ -24,6 +24,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		key_prefix <prefix>
 //		stream     <name>
 //		monitor    <target> [alpha <a>] [by org] [settle <duration>]
+//		correct_within <duration>
+//		max_questions  <n>
 //	}
 //
 // redis and stream are required (Provision says so, after placeholders are
