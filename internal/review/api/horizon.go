@@ -8,7 +8,6 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/review/monitor"
 	"github.com/systemone/systemone-gateway/internal/review/record"
-	"github.com/systemone/systemone-gateway/policy/route"
 )
 
 // The monitor's horizon: the first audited entry with a question routed
@@ -90,7 +89,7 @@ func feedsMonitor(e *record.Entry) bool {
 		return false
 	}
 	for _, q := range e.Questions {
-		if q.Route == route.RouteAuto {
+		if q.Route == record.RouteAuto {
 			return true
 		}
 	}
@@ -105,7 +104,7 @@ func monitorQuestions(e *record.Entry) int {
 	}
 	seen := map[string]bool{}
 	for _, q := range e.Questions {
-		if q.Route == route.RouteAuto {
+		if q.Route == record.RouteAuto {
 			seen[q.ID] = true
 		}
 	}
