@@ -88,6 +88,7 @@ func startStack(t *testing.T) *stack {
 			redis %[2]s
 			stream %[3]s
 			monitor 0.95 settle 0s
+			correct_within 0s
 		}
 	}
 	handle {
