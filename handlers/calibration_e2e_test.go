@@ -112,7 +112,7 @@ func TestCalibrationLoop(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(bin, "calibrate", "--method", "uniform", "--target", "0.9", "--json", url+"/review/labels")
+	cmd := exec.Command(bin, "calibrate", "--method", "uniform", "--target", "0.9", "--correct-within", "0s", "--json", url+"/review/labels")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("calibrate --json: %v\n%s", err, out)
@@ -128,7 +128,7 @@ func TestCalibrationLoop(t *testing.T) {
 		*res.Groups[0].Threshold != lowest || res.Groups[0].Agree != n || res.Groups[0].N != n {
 		t.Fatalf("calibrate --json: %s (err %v), want one noul group at %v, %d/%d", out, err, lowest, n, n)
 	}
-	out, err = exec.Command(bin, "calibrate", "--method", "uniform", "--target", "0.9", url+"/review/labels").Output()
+	out, err = exec.Command(bin, "calibrate", "--method", "uniform", "--target", "0.9", "--correct-within", "0s", url+"/review/labels").Output()
 	if err != nil {
 		t.Fatalf("calibrate: %v\n%s", err, out)
 	}

@@ -144,8 +144,12 @@ func TestReplayLoop(t *testing.T) {
 		t.Fatalf("docs/calibration.md shows %d commands, the test knows 4: %q", len(commands), commands)
 	}
 	work := t.TempDir()
+	// The labels were stored just now: calibrate looks as a team would a
+	// day later, once the correction window (a day) has passed.
+	asOf := time.Now().Add(25 * time.Hour).UTC().Format(time.RFC3339)
 	shell := func(command string) (stdout, stderr string) {
 		t.Helper()
+		command = strings.ReplaceAll(command, "systemone-gateway calibrate ", "systemone-gateway calibrate --as-of "+asOf+" ")
 		cmd := exec.Command("sh", "-c", command)
 		cmd.Dir = work
 		cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
