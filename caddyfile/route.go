@@ -15,10 +15,15 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 	}
 	at := sectionAt(d)
 	cfg := new(route.Config)
+	var escalates []section
 	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "pin":
 			err = parsePin(d, cfg, at)
+		case "escalate":
+			var here section
+			here, err = parseEscalate(d, cfg, at)
+			escalates = append(escalates, here)
 		case "unpinned":
 			cfg.Unpinned, err = wordArg(d)
 		case "queue":
@@ -40,7 +45,10 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 			return d.Errf("unknown route subdirective %q", name)
 		}
 		return err
-	}, "pin"); err != nil {
+	}, "pin", "escalate"); err != nil {
+		return nil, err
+	}
+	if err := validateEscalations(cfg, escalates); err != nil {
 		return nil, err
 	}
 	return cfg, at.wrap(cfg.Validate())

@@ -57,6 +57,8 @@ var sampleLines = map[string]string{
 	"systemone guardrails review": "review low", // block high
 	// Two forms in one line; the active form is parsed by TestUnmarshalActiveAudit.
 	"systemone route audit": "audit 0.1",
+	// The second version must differ from the first.
+	"systemone route escalate": "escalate service-1.0.0 to service-2.0.0",
 	// The wrapped writer: one that takes no arguments and no block.
 	"buffered output": "output stderr",
 }

@@ -98,6 +98,7 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		upstreamError = x.upstreamErr.Error()
 	}
 	enc.AddString("upstream_error", upstreamError)
+	enc.AddString("escalation", x.esc.outcome)
 	return budgetLog{x}.MarshalLogObject(enc)
 }
 

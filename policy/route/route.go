@@ -80,8 +80,9 @@ type Router struct {
 	orgFallbackHuman bool
 	queue            *queue // nil without a configured queue
 	audit            float64
-	alarms           *alarmWatch // nil unless on_alarm human
-	active           *activeDraw // nil unless `audit active`
+	alarms           *alarmWatch           // nil unless on_alarm human
+	escalations      map[string]escalation // by first version
+	active           *activeDraw           // nil unless `audit active`
 
 	// rng draws the audit sample. A source per Router, not the global
 	// one, so a test can seed it; math/rand/v2 sources are not safe for
@@ -152,6 +153,7 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Op
 		audit:            cfg.Audit,
 		active:           newActiveDraw(cfg.ActiveAudit),
 		rng:              rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		escalations:      newEscalations(cfg.Escalations),
 	}
 	for _, p := range cfg.Pins {
 		r.pins[p.Version] = newPin(p)
@@ -239,6 +241,16 @@ type QuestionRoute struct {
 	// threshold (or the version is unpinned with `unpinned auto`), else
 	// RouteHuman.
 	Route string
+	// Reason is why the question routes as it does, of its own answer
+	// and threshold: ReasonConfident, ReasonLowConfidence,
+	// ReasonNoThreshold, ReasonOrgNoThreshold, ReasonGuaranteeAlarm or
+	// ReasonEscalated, or ReasonGuaranteeUnknown; "" when the response
+	// forces its route (unread answer, unpinned version).
+	Reason string
+	// Escalated is the question's second answer, by an escalate block's
+	// second version; nil when it was not asked again (or its second
+	// answer was unreadable).
+	Escalated *Escalated
 	// Confidence is the answer's confidence (`confidence`, or |2p-1| for
 	// noul); meaningful only when HasConfidence, that is when the answer
 	// was read.
@@ -283,9 +295,9 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	var noThreshold, orgNoThreshold, low bool
 	for i := range d.Questions {
 		q := &d.Questions[i]
+		var missing string
 		if p != nil {
 			var l line
-			var missing string
 			l, q.HasThreshold, missing = p.threshold(signal.Org, q.ID, q.Type, r.orgFallbackHuman)
 			q.Threshold, q.Certificate = l.threshold, l.cert
 			noThreshold = noThreshold || missing == ReasonNoThreshold
@@ -298,9 +310,11 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 				q.Route = RouteAuto
 			}
 		case q.HasThreshold && q.Confidence >= q.Threshold:
-			q.Route = RouteAuto
+			q.Route, q.Reason = RouteAuto, ReasonConfident
 		case q.HasThreshold:
-			low = true
+			low, q.Reason = true, ReasonLowConfidence
+		default:
+			q.Reason = missing
 		}
 	}
 	alarmed, unknown := false, false
@@ -308,14 +322,14 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	case r.alarms != nil && r.alarms.unknown():
 		// Fail safe: the alarms could not be read since start.
 		for i := range d.Questions {
-			d.Questions[i].Route = RouteHuman
+			d.Questions[i].Route, d.Questions[i].Reason = RouteHuman, ReasonGuaranteeUnknown
 		}
 		unknown = true
 	case r.alarms != nil && d.Model != "" && r.alarms.any():
 		for i := range d.Questions {
 			q := &d.Questions[i]
 			if r.alarms.alarmed(d.Model, q.Type, signal.Org) {
-				q.Route, alarmed = RouteHuman, true
+				q.Route, q.Reason, alarmed = RouteHuman, ReasonGuaranteeAlarm, true
 			}
 		}
 	}
