@@ -37,7 +37,7 @@ func parseEscalate(d *caddyfile.Dispenser, cfg *route.Config, parent section) (s
 		case "score":
 			e.To.Score, e.To.ScoreCert, err = thresholdLine(d)
 		case "question":
-			err = parseQuestionLine(d, &e.To)
+			err = parseQuestionLine(d, &e.To, "escalate to")
 		case "timeout":
 			e.Timeout, err = durationArg(d)
 		default:

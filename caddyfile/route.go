@@ -72,7 +72,7 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) error {
 		case "score":
 			pin.Score, pin.ScoreCert, err = thresholdLine(d)
 		case "question":
-			err = parseQuestionLine(d, &pin)
+			err = parseQuestionLine(d, &pin, "pin")
 		case "org":
 			err = parseOrgLines(d, &pin)
 		default:
@@ -93,8 +93,9 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) error {
 	return nil
 }
 
-// parseQuestionLine parses `question <id> <threshold> [cert <id>]`.
-func parseQuestionLine(d *caddyfile.Dispenser, pin *route.Pin) error {
+// parseQuestionLine parses `question <id> <threshold> [cert <id>]` of a
+// pin, or of an escalate block (block names which, for errors).
+func parseQuestionLine(d *caddyfile.Dispenser, pin *route.Pin, block string) error {
 	id, err := stringArg(d)
 	if err != nil {
 		return err
@@ -104,7 +105,7 @@ func parseQuestionLine(d *caddyfile.Dispenser, pin *route.Pin) error {
 		return err
 	}
 	if _, dup := pin.Questions[id]; dup {
-		return d.Errf("question %q has two thresholds in pin %q", id, pin.Version)
+		return d.Errf("question %q has two thresholds in %s %q", id, block, pin.Version)
 	}
 	if pin.Questions == nil {
 		pin.Questions = map[string]float64{}
