@@ -316,3 +316,42 @@ func assertFirstAnswer(t *testing.T, resp *http.Response, raw []byte) {
 		t.Errorf("body %s: want the first version's answer as it came", raw)
 	}
 }
+
+// An answer from the cache is escalated as a fresh one: the cache keeps
+// the first version's answer, the second call is made again.
+func TestEscalationOfACacheHit(t *testing.T) {
+	up := escalatingUpstream(t, map[string]map[string]float64{
+		firstVersion:  {"unsure": 0.5},
+		secondVersion: {"unsure": 0.95},
+	})
+	sites, url := site(t, up.Addr(), "\t\tcache\n"+escalateRoute(""))
+	g := gatewaytest.Load(t, sites)
+	body := escalateBody("unsure")
+
+	first, firstBody := post(t, url, "k", body)
+	if first.StatusCode != 200 || first.Header.Get("X-Cache") != "miss" || first.Header.Get("X-Route-Escalated") == "" {
+		t.Fatalf("first: %d X-Cache %q escalated %q: %s", first.StatusCode, first.Header.Get("X-Cache"), first.Header.Get("X-Route-Escalated"), firstBody)
+	}
+	calls := up.Calls()
+	hit, hitBody := post(t, url, "k", body)
+	if hit.StatusCode != 200 || hit.Header.Get("X-Cache") != "hit" {
+		t.Fatalf("second: %d X-Cache %q: %s", hit.StatusCode, hit.Header.Get("X-Cache"), hitBody)
+	}
+	if got := up.Calls() - calls; got != 1 {
+		t.Errorf("%d upstream calls for the hit, want 1 (the second version's)", got)
+	}
+	if up.Last().Header.Get("Authorization") != "Bearer k" || !strings.Contains(string(up.Last().Body), secondVersion) {
+		t.Errorf("the hit's upstream call %s: want the second version's, with the client's key", up.Last().Body)
+	}
+	for _, name := range []string{"X-Route", "X-Route-Reason", "X-Route-Questions", "X-Route-Escalated", "X-Route-Certificate", "Content-Length"} {
+		if hit.Header.Get(name) != first.Header.Get(name) {
+			t.Errorf("hit %s = %q, the fresh answer had %q", name, hit.Header.Get(name), first.Header.Get(name))
+		}
+	}
+	if string(hitBody) != string(firstBody) {
+		t.Errorf("hit body %s\nfresh body %s", hitBody, firstBody)
+	}
+	if e := lastEntry(t, g); e["escalation"] != "auto" || e["cache"] != "hit" {
+		t.Errorf("hit: escalation %v cache %v", e["escalation"], e["cache"])
+	}
+}

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,34 @@ func TestEscalationValidate(t *testing.T) {
 	ok := Config{Pins: []Pin{pin}, Escalations: []Escalation{{From: "service-1.0.0", To: to(Pin{Noul: ptr(0.5)}), Timeout: caddy.Duration(time.Second)}}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("a valid block: %v", err)
+	}
+}
+
+// A question asked again carries its second answer in the review entry,
+// beside its first: `escalated` {model, confidence, answer, route}.
+func TestEnqueueEscalated(t *testing.T) {
+	r, _, client, _ := queueRouter(t, Queue{Stream: "review"}, func(c *Config) {
+		c.Pins = escalateConfig().Pins
+		c.Escalations = escalateConfig().Escalations
+	})
+	qs := []evaluation.Question{q("sure", "noul"), q("unsure", "noul"), q("pick", "choice")}
+	d := decideBody(r, qs, body("service-1.0.0", noul("sure", "0.99"), noul("unsure", "0.5"), choice("pick", "0.6")), Signal{})
+	plan, ok := r.Escalation(d)
+	if !ok {
+		t.Fatal("not escalated")
+	}
+	resp, _ := evaluation.ParseResponse(body("service-2.0.0", noul("unsure", "0.9"), choice("pick", "0.4")))
+	r.ApplyEscalation(&d, plan, resp)
+	r.Enqueue(context.Background(), d, Meta{RequestID: "req-1"})
+	r.Close()
+	msgs := readStream(t, client, "review")
+	if len(msgs) != 1 {
+		t.Fatalf("%d entries, want 1", len(msgs))
+	}
+	want := `[{"id":"sure","type":"noul","route":"auto","confidence":0.98,"answer":0.99},` +
+		`{"id":"unsure","type":"noul","route":"auto","confidence":0,"answer":0.5,"escalated":{"model":"service-2.0.0","confidence":0.8,"answer":0.9,"route":"auto"}},` +
+		`{"id":"pick","type":"choice","route":"human","confidence":0.6,"answer":"good","escalated":{"model":"service-2.0.0","confidence":0.4,"answer":"good","route":"human"}}]`
+	if got := msgs[0].Values["questions"]; got != want || msgs[0].Values["reason"] != ReasonLowConfidence || msgs[0].Values["route"] != RouteHuman {
+		t.Errorf("entry %v %v questions\n%s\nwant\n%s", msgs[0].Values["route"], msgs[0].Values["reason"], got, want)
 	}
 }
