@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/policy/breaker"
@@ -28,6 +29,18 @@ const (
 	escalationFailed      = "failed"       // the upstream failed it, or its answer was unreadable
 	escalationTimeout     = "timeout"      // it outlasted the escalate block's timeout
 	escalationBreakerOpen = "breaker_open" // the second version's breaker was open
+)
+
+// SpanEscalation is an escalation's second call, inside the
+// SpanReadAnswer span of the answer it escalates: its admission, the call
+// through reverse_proxy, and the reading of its answer.
+const SpanEscalation = "systemone.escalation"
+
+// Attributes of a SpanEscalation span: the versions and the outcome.
+const (
+	attrEscalationFrom    = "systemone.escalation.from"
+	attrEscalationTo      = "systemone.escalation.to"
+	attrEscalationOutcome = "systemone.escalation.outcome"
 )
 
 // escalation is what an exchange needs to ask for a second opinion, and
@@ -62,8 +75,12 @@ func (h *Handler) escalate(ctx context.Context, x *exchange, d *route.Decision, 
 	if !ok {
 		return
 	}
+	ctx, span := startSpan(ctx, x, SpanEscalation)
 	x.esc.outcome = h.secondOpinion(ctx, x, d, plan, header, text)
 	h.metrics.escalations.WithLabelValues(plan.From, plan.To, x.esc.outcome).Inc()
+	span.SetAttributes(attribute.String(attrEscalationFrom, plan.From), attribute.String(attrEscalationTo, plan.To),
+		attribute.String(attrEscalationOutcome, x.esc.outcome))
+	span.End()
 }
 
 // secondOpinion makes the second call of plan and applies its answer; it
