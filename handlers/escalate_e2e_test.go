@@ -355,3 +355,33 @@ func TestEscalationOfACacheHit(t *testing.T) {
 		t.Errorf("hit: escalation %v cache %v", e["escalation"], e["cache"])
 	}
 }
+
+// The second call's tokens are the org's: its budget is charged both
+// calls, and the log entry reports both.
+func TestEscalationIsChargedToTheOrg(t *testing.T) {
+	up := escalatingUpstream(t, map[string]map[string]float64{
+		firstVersion:  {"unsure": 0.5, "sure": 0.99},
+		secondVersion: {"unsure": 0.95},
+	})
+	// 1000 yuan per million tokens: 0.1 yuan for the first call's 100,
+	// 0.04 for the second's 40.
+	limitsBlock := "\t\tlimits {\n\t\t\tbudget 1 per day\n\t\t\tprice 1000\n\t\t}\n"
+	sites, url := site(t, up.Addr(), escalateRoute(limitsBlock))
+	g := gatewaytest.Load(t, sites)
+
+	resp, raw := post(t, url, "k", escalateBody("unsure"))
+	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Escalated") == "" {
+		t.Fatalf("%d escalated %q: %s", resp.StatusCode, resp.Header.Get("X-Route-Escalated"), raw)
+	}
+	if e := lastEntry(t, g); e["tokens_input"] != 140.0 || e["cost_yuan"] != 0.14 {
+		t.Errorf("log: tokens_input %v cost_yuan %v, want both calls' 140 and 0.14", e["tokens_input"], e["cost_yuan"])
+	}
+	// The next, not escalated, request sees both calls spent.
+	resp, raw = post(t, url, "k", escalateBody("sure"))
+	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Escalated") != "" {
+		t.Fatalf("%d escalated %q: %s", resp.StatusCode, resp.Header.Get("X-Route-Escalated"), raw)
+	}
+	if got := resp.Header.Get("X-Budget-Remaining"); got != "0.76" {
+		t.Errorf("X-Budget-Remaining %q, want 0.76 (1 less 0.14 and this request's 0.1)", got)
+	}
+}
