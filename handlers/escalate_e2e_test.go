@@ -64,6 +64,28 @@ func escalatingUpstream(t *testing.T, noul map[string]map[string]float64) *gatew
 	}))
 }
 
+// escalatingGateway loads a gateway with escalateRoute(extra) in front of
+// an escalatingUpstream where the first version is unsure of "unsure" and
+// sure of "sure", the second sure of "unsure".
+func escalatingGateway(t *testing.T, extra string) (*gatewaytest.Upstream, string, *gatewaytest.Gateway) {
+	up := escalatingUpstream(t, map[string]map[string]float64{
+		firstVersion:  {"unsure": 0.5, "sure": 0.99},
+		secondVersion: {"unsure": 0.95},
+	})
+	sites, url := site(t, up.Addr(), escalateRoute(extra))
+	return up, url, gatewaytest.Load(t, sites)
+}
+
+// postEscalated posts escalateBody("unsure") and fails unless it was
+// escalated.
+func postEscalated(t *testing.T, url string) {
+	t.Helper()
+	resp, raw := post(t, url, "k", escalateBody("unsure"))
+	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Escalated") == "" {
+		t.Fatalf("%d escalated %q: %s", resp.StatusCode, resp.Header.Get("X-Route-Escalated"), raw)
+	}
+}
+
 func escalateRoute(extra string) string {
 	return fmt.Sprintf(`		route {
 			pin %s {
@@ -271,21 +293,11 @@ func TestEscalationFailuresAnswerTheFirst(t *testing.T) {
 // The second call is a request of the org: it counts in its buckets, and
 // when they refuse it the client gets the first answer.
 func TestEscalationPassesTheOrgsLimits(t *testing.T) {
-	up := escalatingUpstream(t, map[string]map[string]float64{
-		firstVersion:  {"unsure": 0.5},
-		secondVersion: {"unsure": 0.95},
-	})
-	limitsBlock := "\t\tlimits {\n\t\t\trequests_per_minute 3\n\t\t\ttokens_per_second 0\n\t\t}\n"
-	sites, url := site(t, up.Addr(), escalateRoute(limitsBlock))
-	g := gatewaytest.Load(t, sites)
-
-	resp, raw := post(t, url, "k", escalateBody("unsure"))
-	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Escalated") == "" {
-		t.Fatalf("first: %d escalated %q: %s", resp.StatusCode, resp.Header.Get("X-Route-Escalated"), raw)
-	}
+	up, url, g := escalatingGateway(t, "\t\tlimits {\n\t\t\trequests_per_minute 3\n\t\t\ttokens_per_second 0\n\t\t}\n")
+	postEscalated(t, url)
 	// Two requests of three counted; the third, the next request's first
 	// call, is the last: its second call is refused.
-	resp, raw = post(t, url, "k", escalateBody("unsure"))
+	resp, raw := post(t, url, "k", escalateBody("unsure"))
 	assertFirstAnswer(t, resp, raw)
 	if got := resp.Header.Get("X-RateLimit-Remaining-Requests"); got != "0" {
 		t.Errorf("X-RateLimit-Remaining-Requests %q after three requests counted, want 0", got)
@@ -359,25 +371,15 @@ func TestEscalationOfACacheHit(t *testing.T) {
 // The second call's tokens are the org's: its budget is charged both
 // calls, and the log entry reports both.
 func TestEscalationIsChargedToTheOrg(t *testing.T) {
-	up := escalatingUpstream(t, map[string]map[string]float64{
-		firstVersion:  {"unsure": 0.5, "sure": 0.99},
-		secondVersion: {"unsure": 0.95},
-	})
 	// 1000 yuan per million tokens: 0.1 yuan for the first call's 100,
 	// 0.04 for the second's 40.
-	limitsBlock := "\t\tlimits {\n\t\t\tbudget 1 per day\n\t\t\tprice 1000\n\t\t}\n"
-	sites, url := site(t, up.Addr(), escalateRoute(limitsBlock))
-	g := gatewaytest.Load(t, sites)
-
-	resp, raw := post(t, url, "k", escalateBody("unsure"))
-	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Escalated") == "" {
-		t.Fatalf("%d escalated %q: %s", resp.StatusCode, resp.Header.Get("X-Route-Escalated"), raw)
-	}
+	_, url, g := escalatingGateway(t, "\t\tlimits {\n\t\t\tbudget 1 per day\n\t\t\tprice 1000\n\t\t}\n")
+	postEscalated(t, url)
 	if e := lastEntry(t, g); e["tokens_input"] != 140.0 || e["cost_yuan"] != 0.14 {
 		t.Errorf("log: tokens_input %v cost_yuan %v, want both calls' 140 and 0.14", e["tokens_input"], e["cost_yuan"])
 	}
 	// The next, not escalated, request sees both calls spent.
-	resp, raw = post(t, url, "k", escalateBody("sure"))
+	resp, raw := post(t, url, "k", escalateBody("sure"))
 	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Escalated") != "" {
 		t.Fatalf("%d escalated %q: %s", resp.StatusCode, resp.Header.Get("X-Route-Escalated"), raw)
 	}
