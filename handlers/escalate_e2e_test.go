@@ -1,7 +1,9 @@
 package handlers_test
 
 import (
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"fmt"
 	"net/http"
 	"strings"
@@ -57,7 +59,14 @@ func escalatingUpstream(t *testing.T, noul map[string]map[string]float64) *gatew
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Request-Id", "req-"+version)
-		_ = json.NewEncoder(w).Encode(map[string]any{
+		var out io.Writer = w
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			defer zw.Close()
+			out = zw
+		}
+		_ = json.NewEncoder(out).Encode(map[string]any{
 			"model": version, "answers": answers,
 			"usage": map[string]any{"input_tokens": tokens, "output_tokens": tokens / 20},
 		})
@@ -326,6 +335,27 @@ func assertFirstAnswer(t *testing.T, resp *http.Response, raw []byte) {
 	b := decodeAnswer(t, raw)
 	if b.Model != firstVersion || !strings.Contains(string(b.Answers["unsure"]), `"noul":0.5`) || b.Usage["input_tokens"] != 100 {
 		t.Errorf("body %s: want the first version's answer as it came", raw)
+	}
+}
+
+// A compressed first answer is escalated all the same: the client gets
+// the gateway's body, uncompressed, with its own length.
+func TestEscalationOfACompressedAnswer(t *testing.T) {
+	_, url, _ := escalatingGateway(t, "")
+	resp, raw := post(t, url, "k", escalateBody("unsure"), "Accept-Encoding", "gzip")
+	if resp.StatusCode != 200 || resp.Header.Get("X-Route-Escalated") != "unsure="+secondVersion {
+		t.Fatalf("%d escalated %q: %s", resp.StatusCode, resp.Header.Get("X-Route-Escalated"), raw)
+	}
+	if ce, cl := resp.Header.Get("Content-Encoding"), resp.Header.Get("Content-Length"); ce != "" || cl != fmt.Sprint(len(raw)) {
+		t.Errorf("Content-Encoding %q Content-Length %q for %d bytes", ce, cl, len(raw))
+	}
+	if b := decodeAnswer(t, raw); string(b.Answers["unsure"]) != `{"noul":0.95,"type":"noul"}` || b.Usage["input_tokens"] != 140 {
+		t.Errorf("body %s", raw)
+	}
+	// Not escalated, a compressed answer passes as it came.
+	resp, _ = post(t, url, "k", escalateBody("sure"), "Accept-Encoding", "gzip")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Errorf("not escalated: %d Content-Encoding %q", resp.StatusCode, resp.Header.Get("Content-Encoding"))
 	}
 }
 
