@@ -3,8 +3,8 @@ package handlers_test
 import (
 	"compress/gzip"
 	"encoding/json"
-	"io"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
