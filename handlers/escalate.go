@@ -14,6 +14,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/policy/breaker"
+	"github.com/systemone/systemone-gateway/policy/cache"
 	"github.com/systemone/systemone-gateway/policy/route"
 )
 
@@ -109,32 +110,55 @@ func (h *Handler) secondOpinion(ctx context.Context, x *exchange, d *route.Decis
 		}
 		defer ticket.Cancel() // a call that ends before its answer counts for nothing
 	}
+	callCtx, cancel := context.WithTimeout(ctx, plan.Timeout)
+	defer cancel()
+	// The answer cache, as for any request: a second answer stored for
+	// the same org and body is used as it is, for one request and no
+	// tokens.
+	var lookup *cache.Lookup
+	var stored *cache.Answer
+	if h.cache != nil && cache.Cacheable(again.Model) {
+		lookup = h.cache.Lookup(callCtx, cache.Asker{Scope: string(x.caller.Source), Org: x.org, KeySum: x.caller.KeySum}, body)
+		defer h.cache.Done(lookup)
+		if a, ok := lookup.Hit(); ok {
+			stored = &a
+		} else if _, ok := lookup.Failed(); ok {
+			return escalationFailed // the identical call this one waited for failed
+		}
+	}
 	var billed int64
 	if h.limiter != nil {
-		dec := h.admit(ctx, x, true, again.EstimatedTokens)
+		dec := h.admit(ctx, x, stored == nil, again.EstimatedTokens)
 		if _, refused := limitAnswer(dec); refused {
 			h.metrics.limitRejected(dec, h.orgLabel(x.org))
 			return escalationRefused
 		}
-		defer func() { h.limiter.Settle(dec, billed) }()
+		if stored == nil {
+			defer func() { h.limiter.Settle(dec, billed) }()
+		}
 	}
 
-	callCtx, cancel := context.WithTimeout(ctx, plan.Timeout)
-	defer cancel()
-	started := h.now()
-	status, respHeader, raw, err := h.callAgain(callCtx, x, body)
-	x.waited += h.now().Sub(started)
-	timedOut := errors.Is(callCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
-	if ticket != nil {
-		if timedOut && err == nil {
-			err = context.DeadlineExceeded
+	var status int
+	var respHeader http.Header
+	var raw []byte
+	if stored != nil {
+		status, respHeader, raw = stored.Status, http.Header{"Content-Encoding": {stored.ContentEncoding}}, stored.Body
+	} else {
+		started := h.now()
+		status, respHeader, raw, err = h.callAgain(callCtx, x, body)
+		x.waited += h.now().Sub(started)
+		timedOut := errors.Is(callCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		if ticket != nil {
+			if timedOut && err == nil {
+				err = context.DeadlineExceeded
+			}
+			ticket.Done(status, err)
 		}
-		ticket.Done(status, err)
+		if timedOut {
+			return escalationTimeout
+		}
 	}
-	switch {
-	case timedOut:
-		return escalationTimeout
-	case err != nil || status != http.StatusOK:
+	if err != nil || status != http.StatusOK {
 		return escalationFailed
 	}
 	second, err := decodeBody(respHeader, raw, maxResponseBuffer)
@@ -142,9 +166,17 @@ func (h *Handler) secondOpinion(ctx context.Context, x *exchange, d *route.Decis
 		return escalationFailed
 	}
 	resp, _ := evaluation.ParseResponse(second)
-	billed = again.EstimatedTokens // the upstream billed a 200, for what it could not tell
-	if resp != nil && resp.HasUsage {
-		billed = resp.InputTokens
+	if stored == nil {
+		billed = again.EstimatedTokens // the upstream billed a 200, for what it could not tell
+		if resp != nil && resp.HasUsage {
+			billed = resp.InputTokens
+		}
+		if lookup != nil && h.cache.Takes(status, again, resp, len(raw)) {
+			h.cache.Record(ctx, lookup, status, &cache.Answer{
+				Status: status, ContentType: respHeader.Get("Content-Type"), ContentEncoding: respHeader.Get("Content-Encoding"),
+				RequestID: respHeader.Get("X-Request-Id"), Body: raw,
+			})
+		}
 	}
 	if resp == nil || resp.Model != plan.To {
 		// Not the version the block's thresholds were set for.
