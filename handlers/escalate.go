@@ -218,6 +218,7 @@ func (h *Handler) callAgain(ctx context.Context, x *exchange, body []byte) (stat
 	r := x.esc.req.Clone(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil // the client's may have been chunked; this body has a length
 	r.GetBody = nil
 	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	r.Header.Del("Content-Encoding")
