@@ -94,6 +94,13 @@ func parse(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //					score  <threshold> [cert <cert_id>]|human
 //				}
 //			}
+//			escalate <version> to <version> {
+//				noul     <threshold> [cert <cert_id>]
+//				choice   <threshold> [cert <cert_id>]
+//				score    <threshold> [cert <cert_id>]
+//				question <id> <threshold> [cert <cert_id>]
+//				timeout  <duration>
+//			}
 //			org_fallback pooled|human
 //			unpinned human|auto
 //			queue <stream> [maxlen <n>]

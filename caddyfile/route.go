@@ -17,6 +17,7 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 	cfg := new(route.Config)
 	var pinAt []section  // each pin's line
 	var certsAt *section // the certificates line
+	var escalates []section
 	if err := block(d, func(name string) (err error) {
 		switch name {
 		case "pin":
@@ -27,6 +28,10 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 			here := at.here(d)
 			certsAt = &here
 			cfg.Certificates, err = stringArg(d)
+		case "escalate":
+			var here section
+			here, err = parseEscalate(d, cfg, at)
+			escalates = append(escalates, here)
 		case "unpinned":
 			cfg.Unpinned, err = wordArg(d)
 		case "queue":
@@ -48,7 +53,10 @@ func parseRoute(d *caddyfile.Dispenser) (*route.Config, error) {
 			return d.Errf("unknown route subdirective %q", name)
 		}
 		return err
-	}, "pin"); err != nil {
+	}, "pin", "escalate"); err != nil {
+		return nil, err
+	}
+	if err := validateEscalations(cfg, escalates); err != nil {
 		return nil, err
 	}
 	if certsAt != nil {
@@ -84,7 +92,7 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) (sectio
 		case "score":
 			pin.Score, pin.ScoreCert, err = thresholdLine(d)
 		case "question":
-			err = parseQuestionLine(d, &pin)
+			err = parseQuestionLine(d, &pin, "pin")
 		case "org":
 			err = parseOrgLines(d, &pin)
 		default:
@@ -105,8 +113,9 @@ func parsePin(d *caddyfile.Dispenser, cfg *route.Config, parent section) (sectio
 	return at, nil
 }
 
-// parseQuestionLine parses `question <id> <threshold> [cert <id>]`.
-func parseQuestionLine(d *caddyfile.Dispenser, pin *route.Pin) error {
+// parseQuestionLine parses `question <id> <threshold> [cert <id>]` of a
+// pin, or of an escalate block (block names which, for errors).
+func parseQuestionLine(d *caddyfile.Dispenser, pin *route.Pin, block string) error {
 	id, err := stringArg(d)
 	if err != nil {
 		return err
@@ -116,7 +125,7 @@ func parseQuestionLine(d *caddyfile.Dispenser, pin *route.Pin) error {
 		return err
 	}
 	if _, dup := pin.Questions[id]; dup {
-		return d.Errf("question %q has two thresholds in pin %q", id, pin.Version)
+		return d.Errf("question %q has two thresholds in %s %q", id, block, pin.Version)
 	}
 	if pin.Questions == nil {
 		pin.Questions = map[string]float64{}

@@ -61,6 +61,8 @@ var sampleLines = map[string]string{
 	// No file holds the sample cert ids: a name with a placeholder is
 	// checked when the route is provisioned, not when it is adapted.
 	"systemone route certificates": "certificates {env.SYSTEMONE_CERTIFICATES}",
+	// The second version must differ from the first.
+	"systemone route escalate": "escalate service-1.0.0 to service-2.0.0",
 	// The wrapped writer: one that takes no arguments and no block.
 	"buffered output": "output stderr",
 }

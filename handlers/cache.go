@@ -75,6 +75,9 @@ func (h *Handler) answerFromCache(w http.ResponseWriter, r *http.Request, x *exc
 	setOrDelete(hdr, "X-Request-Id", a.RequestID)
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	h.readAnswer(r.Context(), x, hdr, a.Status, body)
+	if x.esc.body != nil {
+		body = x.esc.body // escalated as a fresh answer is
+	}
 	x.status = a.Status
 	w.WriteHeader(a.Status)
 	_, _ = w.Write(body)

@@ -42,6 +42,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	// Identical misses waiting for this one, if it ends without an answer
 	// or a failure for them, ask the upstream themselves.
 	defer func() { h.cache.Done(x.lookup) }()
+	x.esc.next, x.esc.req = next, r // an escalate block's second call goes the same way
 
 	key, ok := identity.BearerKey(r.Header)
 	if ok {
@@ -199,6 +200,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	before := w.Header().Clone()
 	var serveErr error           // next's error, known when a whole 200 is committed
 	var committing time.Duration // the gateway's own work inside the upstream call
+	var rec *interceptor
 	commit := func(status int, raw []byte) bool {
 		from := h.now()
 		defer func() { committing += h.now().Sub(from) }()
@@ -210,15 +212,16 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 		}
 		h.readAnswer(r.Context(), x, w.Header(), status, raw)
 		if h.cache != nil && serveErr == nil {
-			h.recordAnswer(r.Context(), x, w.Header(), status, raw)
+			h.recordAnswer(r.Context(), x, w.Header(), status, raw) // the upstream's, escalated afresh on a hit
 		}
+		rec.replacement = x.esc.body
 		return true
 	}
 
 	respBuf := buffers.Get().(*bytes.Buffer)
 	respBuf.Reset()
 	defer buffers.Put(respBuf)
-	rec := newInterceptor(w, respBuf, maxResponseBuffer, h.ownedPrefixes, commit)
+	rec = newInterceptor(w, respBuf, maxResponseBuffer, h.ownedPrefixes, commit)
 	// The identical requests waiting for this one answer its failure too.
 	rec.holdFailures = x.lookup.Leads()
 
@@ -317,6 +320,10 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 		if h.router != nil {
 			d := h.router.Decide(x.req.Questions, resp, x.routeSignal())
 			x.route = &d
+			h.escalate(ctx, x, &d, header, text)
+			if x.esc.body != nil {
+				text = x.esc.body // what the client gets, and its review entry holds
+			}
 			d.SetHeaders(header)
 			// The router queues human routes and the audit's draw; it
 			// copies the bodies only with include_content. A hit is
@@ -401,6 +408,7 @@ type exchange struct {
 	upstream       time.Duration
 	replay         bool       // X-Systemone-Replay: 1, never queued nor audited
 	genAI          genAIUsage // the tokens of its upstream calls, for the trace
+	esc            escalation
 
 	// now is the handler's clock; waited is how long the request waited
 	// for the upstream and the guardrails service, so that the rest of

@@ -31,6 +31,9 @@ type interceptor struct {
 	// holdFailures buffers a 5xx as a 200 is, so that its whole body
 	// reaches the commit (the requests waiting for this one answer it).
 	holdFailures bool
+	// replacement, when the commit sets it, is sent in place of the
+	// buffered body (an escalated answer); the commit fixed the headers.
+	replacement []byte
 
 	status         int  // of the response the client gets, if it is the upstream's
 	upstreamStatus int  // the status the upstream wrote, kept when its response is dropped
@@ -143,6 +146,11 @@ func (i *interceptor) flushOut(body []byte) {
 	i.committed = true
 	dropTrailers(i.w.Header(), i.owned)
 	i.w.WriteHeader(i.status)
+	if i.replacement != nil {
+		_, _ = i.w.Write(i.replacement)
+		i.buf.Reset()
+		return
+	}
 	if i.buf.Len() > 0 {
 		_, _ = i.w.Write(i.buf.Bytes())
 		i.buf.Reset()

@@ -80,12 +80,15 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	} else {
 		addNull(enc, "tokens_estimated")
 	}
+	// With an escalation, both calls' tokens: the usage the client's
+	// body reports, and what the org was charged.
+	tokens := x.usage + x.esc.usage
 	if x.hasUsage {
-		enc.AddInt64("tokens_input", x.usage)
+		enc.AddInt64("tokens_input", tokens)
 	} else {
 		addNull(enc, "tokens_input")
 	}
-	addFloatOrNull(enc, "cost_yuan", x.hasUsage, x.costYuan)
+	addFloatOrNull(enc, "cost_yuan", x.hasUsage, func() float64 { return x.costOf(tokens) })
 	enc.AddString("breaker_state", e.breakerState)
 	addFloatOrNull(enc, "upstream_ms", x.forwarded, func() float64 { return millis(x.upstream) })
 	enc.AddFloat64("total_ms", millis(e.total))
@@ -99,6 +102,7 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		upstreamError = x.upstreamErr.Error()
 	}
 	enc.AddString("upstream_error", upstreamError)
+	enc.AddString("escalation", x.esc.outcome)
 	return budgetLog{x}.MarshalLogObject(enc)
 }
 

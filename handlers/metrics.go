@@ -33,6 +33,7 @@ type metrics struct {
 	cacheWaiting    prometheus.Gauge
 	overhead        prometheus.Histogram
 	reviewLost      prometheus.Collector // the route package's: its queue writer counts
+	escalations     *prometheus.CounterVec
 }
 
 // otherLabel stands for every value past a label's bound: orgs that
@@ -98,6 +99,10 @@ var allMetrics = sync.OnceValue(func() *metrics {
 			Buckets: overheadBuckets,
 		}),
 		reviewLost: route.LostEntriesCollector(),
+		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "escalations_total",
+			Help: "Answers asked again of an escalate block's second version, by first and second version and outcome (auto, human, refused, failed, timeout, breaker_open).",
+		}, []string{"from", "to", "outcome"}),
 	}
 })
 
@@ -150,6 +155,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.reviewLost, err = register(reg, m.reviewLost)
+	}
+	if err == nil {
+		m.escalations, err = register(reg, m.escalations)
 	}
 	return &m, err
 }
@@ -204,6 +212,10 @@ func (m *metrics) observe(x *exchange, org string, overhead time.Duration) {
 	if x.hasUsage {
 		m.inputTokens.WithLabelValues(org).Add(float64(x.usage))
 		m.cost.WithLabelValues(org).Add(x.costYuan())
+	}
+	if t := x.esc.usage; t > 0 { // an escalation's second call, billed to the org too
+		m.inputTokens.WithLabelValues(org).Add(float64(t))
+		m.cost.WithLabelValues(org).Add(x.costOf(t))
 	}
 	if spent, ok := x.budgetSpent(); ok && org != "" {
 		m.budgetSpent.WithLabelValues(org).Set(spent)

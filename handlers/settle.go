@@ -72,12 +72,15 @@ func (x *exchange) setBudgetHeaders(h http.Header) {
 
 // costYuan is what the upstream's usage cost, at the limits' price (0.042
 // yuan per million input tokens unless `price` says otherwise).
-func (x *exchange) costYuan() float64 {
+func (x *exchange) costYuan() float64 { return x.costOf(x.usage) }
+
+// costOf is what tokens input tokens cost at the limits' price.
+func (x *exchange) costOf(tokens int64) float64 {
 	var d limits.Decision
 	if x.limits != nil {
 		d = *x.limits
 	}
-	return float64(x.usage) * d.Price().Float() / 1e6
+	return float64(tokens) * d.Price().Float() / 1e6
 }
 
 // budgetLog is the log entry's budget_remaining_yuan, present when a budget

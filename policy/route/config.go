@@ -19,6 +19,9 @@ import (
 type Config struct {
 	// Pins holds the thresholds of each pinned model version.
 	Pins []Pin `json:"pins,omitempty"`
+	// Escalations are the `escalate` blocks: a second opinion, by another
+	// version, before an answer goes to a person. Default none.
+	Escalations []Escalation `json:"escalations,omitempty"`
 	// Unpinned is the route of an answer from a version with no pin: "human"
 	// (default) or "auto".
 	Unpinned string `json:"unpinned,omitempty"`
@@ -250,6 +253,9 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.validateEscalations(); err != nil {
+		return err
+	}
 	if q := c.Queue; q != nil {
 		if q.Stream == "" {
 			return errors.New("queue: empty stream name")
@@ -406,39 +412,46 @@ func checkLine(what string, threshold *float64, cert string) error {
 func (c Config) replaced(repl *caddy.Replacer) Config {
 	pins := make([]Pin, len(c.Pins))
 	for i, p := range c.Pins {
-		p.Version = repl.ReplaceAll(p.Version, "")
-		if len(p.Questions) > 0 {
-			questions := make(map[string]float64, len(p.Questions))
-			for id, t := range p.Questions {
-				questions[repl.ReplaceAll(id, "")] = t
-			}
-			p.Questions = questions
-		}
-		if len(p.QuestionCerts) > 0 {
-			certs := make(map[string]string, len(p.QuestionCerts))
-			for id, cert := range p.QuestionCerts {
-				certs[repl.ReplaceAll(id, "")] = cert
-			}
-			p.QuestionCerts = certs
-		}
-		if len(p.Orgs) > 0 {
-			orgs := make([]OrgPin, len(p.Orgs))
-			for j, o := range p.Orgs {
-				o.Org = repl.ReplaceAll(o.Org, "")
-				orgs[j] = o
-			}
-			p.Orgs = orgs
-		}
-		pins[i] = p
+		pins[i] = replacedPin(p, repl)
 	}
 	c.Pins = pins
 	c.Certificates = repl.ReplaceAll(c.Certificates, "")
+	c.Escalations = replacedEscalations(c.Escalations, repl)
 	if c.Queue != nil {
 		q := *c.Queue
 		q.Stream = repl.ReplaceAll(q.Stream, "")
 		c.Queue = &q
 	}
 	return c
+}
+
+// replacedPin returns p with placeholders resolved in its version,
+// question ids and org names.
+func replacedPin(p Pin, repl *caddy.Replacer) Pin {
+	p.Version = repl.ReplaceAll(p.Version, "")
+	if len(p.Questions) > 0 {
+		questions := make(map[string]float64, len(p.Questions))
+		for id, t := range p.Questions {
+			questions[repl.ReplaceAll(id, "")] = t
+		}
+		p.Questions = questions
+	}
+	if len(p.QuestionCerts) > 0 {
+		certs := make(map[string]string, len(p.QuestionCerts))
+		for id, cert := range p.QuestionCerts {
+			certs[repl.ReplaceAll(id, "")] = cert
+		}
+		p.QuestionCerts = certs
+	}
+	if len(p.Orgs) > 0 {
+		orgs := make([]OrgPin, len(p.Orgs))
+		for j, o := range p.Orgs {
+			o.Org = repl.ReplaceAll(o.Org, "")
+			orgs[j] = o
+		}
+		p.Orgs = orgs
+	}
+	return p
 }
 
 // questionTypes are the question types a threshold line can name.

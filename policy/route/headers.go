@@ -67,6 +67,11 @@ func (d Decision) SetHeaders(h http.Header) {
 	} else {
 		delete(h, HeaderCertificate)
 	}
+	if v := d.escalatedHeader(); v != "" {
+		h[HeaderEscalated] = []string{v}
+	} else {
+		delete(h, HeaderEscalated)
+	}
 }
 
 // certifies reports whether q's route names a certificate: it routed auto

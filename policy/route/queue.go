@@ -324,12 +324,12 @@ func (r *Router) entry(d Decision, meta Meta, audit bool, p float64) (record.Ent
 			e.Questions[i].Confidence = &c
 		}
 		if dq.HasAnswer {
-			var answer any = dq.Answer
-			if dq.Type == evaluation.TypeChoice {
-				answer = dq.Choice
-			}
-			if raw, err := json.Marshal(answer); err == nil { // strings and finite floats always marshal
-				e.Questions[i].Answer = raw
+			e.Questions[i].Answer = answerJSON(dq.Type, dq.Answer, dq.Choice)
+		}
+		if esc := dq.Escalated; esc != nil {
+			e.Questions[i].Escalated = &record.Escalated{Model: esc.Model, Confidence: esc.Confidence, Route: esc.Route}
+			if esc.HasAnswer {
+				e.Questions[i].Escalated.Answer = answerJSON(dq.Type, esc.Answer, esc.Choice)
 			}
 		}
 	}
@@ -363,6 +363,17 @@ func (r *Router) entry(d Decision, meta Meta, audit bool, p float64) (record.Ent
 		*body.into = &text
 	}
 	return e, content.Values()
+}
+
+// answerJSON is a model's answer as an entry holds it: the choice key
+// for a choice question, else the number.
+func answerJSON(typ string, number float64, choice string) json.RawMessage {
+	var answer any = number
+	if typ == evaluation.TypeChoice {
+		answer = choice
+	}
+	raw, _ := json.Marshal(answer) // strings and finite floats always marshal
+	return raw
 }
 
 // entryRef names an entry in logs, without its content.

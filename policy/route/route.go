@@ -85,7 +85,8 @@ type Router struct {
 	alarms           alarms.Reader // nil unless on_alarm human
 	alarmProblem     func() string // the watch's Problem, for readiness
 	stopAlarms       func()
-	active           *activeDraw // nil unless `audit active`
+	escalations      map[string]escalation // by first version
+	active           *activeDraw           // nil unless `audit active`
 
 	// rng draws the audit sample. A source per Router, not the global
 	// one, so a test can seed it; math/rand/v2 sources are not safe for
@@ -156,6 +157,7 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Op
 		audit:            cfg.Audit,
 		active:           newActiveDraw(cfg.ActiveAudit),
 		rng:              rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		escalations:      newEscalations(cfg.Escalations),
 	}
 	for _, p := range cfg.Pins {
 		r.pins[p.Version] = newPin(p)
@@ -251,6 +253,10 @@ type QuestionRoute struct {
 	// threshold (or the version is unpinned with `unpinned auto`), else
 	// RouteHuman.
 	Route string
+	// Escalated is the question's second answer, by an escalate block's
+	// second version; nil when it was not asked again (or its second
+	// answer was unreadable).
+	Escalated *Escalated
 	// Confidence is the answer's confidence (`confidence`, or |2p-1| for
 	// noul); meaningful only when HasConfidence, that is when the answer
 	// was read.
@@ -259,8 +265,10 @@ type QuestionRoute struct {
 	// Threshold applies to this question; meaningful only when HasThreshold.
 	Threshold    float64
 	HasThreshold bool
-	// Reason is why the question routes as it does: ReasonConfident, or
-	// ReasonUnpinnedVersion under `unpinned auto`, when it is auto; when
+	// Reason is why the question routes as it does: ReasonConfident,
+	// ReasonEscalated (its second answer, by an escalate block's second
+	// version, reached that block's threshold), or ReasonUnpinnedVersion
+	// under `unpinned auto`, when it is auto; when
 	// human, the first that applies to it of ReasonUnreadableResponse (its
 	// answer, or the response's model, unread), ReasonUnpinnedVersion,
 	// ReasonGuaranteeUnknown, ReasonGuaranteeAlarm, ReasonOrgNoThreshold,
@@ -304,9 +312,9 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	var noThreshold, orgNoThreshold, low bool
 	for i := range d.Questions {
 		q := &d.Questions[i]
+		var missing string
 		if p != nil {
 			var l line
-			var missing string
 			l, q.HasThreshold, missing = p.threshold(signal.Org, q.ID, q.Type, r.orgFallbackHuman)
 			q.Threshold, q.Certificate = l.threshold, l.cert
 			noThreshold = noThreshold || missing == ReasonNoThreshold

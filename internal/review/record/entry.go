@@ -52,6 +52,19 @@ type Question struct {
 	// Answer is the noul probability or score (a number) or the choice
 	// key (a string); nil (null) when unread.
 	Answer json.RawMessage `json:"answer"`
+	// Escalated is the second answer of a question an `escalate` block
+	// asked again; absent for any other.
+	Escalated *Escalated `json:"escalated,omitempty"`
+}
+
+// Escalated is a question's second answer: the version that gave it, its
+// confidence and answer (as Question's), and the route it gave the
+// question (auto: the client got it in place of the first).
+type Escalated struct {
+	Model      string          `json:"model"`
+	Confidence float64         `json:"confidence"`
+	Answer     json.RawMessage `json:"answer"`
+	Route      string          `json:"route"`
 }
 
 // The stream's field names.
