@@ -52,7 +52,7 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := sample.Calibrate(opts)
-	if err != nil && !r.URL.Query().Has("method") {
+	if errors.Is(err, calibrate.ErrNeedsWeighted) && !r.URL.Query().Has("method") {
 		// The labels of the active audit (or of audits drawn with
 		// different shares) are refused by the default method, which
 		// assumes a uniform draw. The page asks with no method: it gets

@@ -60,6 +60,13 @@ type Draw struct {
 	Floor, From float64
 }
 
+// ErrNeedsWeighted is the refusal of the anytime and uniform methods for
+// audited lines not drawn with one probability (the active audit, or
+// audits of different shares): only the weighted method reads them
+// without bias. Callers that choose the method for the user (the review
+// page's /progress) tell it apart with errors.Is.
+var ErrNeedsWeighted = errors.New("run with --method weighted")
+
 // makeDraw checks and assembles a line's draw from its audit_p,
 // audit_floor and audit_from, each nil when absent or null.
 func makeDraw(p, floor, from *float64) (Draw, error) {
@@ -113,9 +120,9 @@ func checkDraws(draws []Draw, counts []int, method string) error {
 	if method != MethodWeighted {
 		switch {
 		case active > 0:
-			return fmt.Errorf("%d audited lines were drawn by the active audit (audit_floor, audit_from): their draw depends on confidence, so the %s method would be biased; run with --method weighted", active, method)
+			return fmt.Errorf("%d audited lines were drawn by the active audit (audit_floor, audit_from): their draw depends on confidence, so the %s method would be biased; %w", active, method, ErrNeedsWeighted)
 		case with > 0 && lo != hi:
-			return fmt.Errorf("the audited lines were drawn with different probabilities (audit_p from %v to %v): the %s method assumes one; run with --method weighted", lo, hi, method)
+			return fmt.Errorf("the audited lines were drawn with different probabilities (audit_p from %v to %v): the %s method assumes one; %w", lo, hi, method, ErrNeedsWeighted)
 		}
 		return nil
 	}

@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -66,6 +67,11 @@ func TestCheckDraws(t *testing.T) {
 		_, err := Calibrate(tc.lines, Options{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1, Method: tc.method})
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s on %v: %v, want %q", tc.method, tc.lines, err, tc.want)
+		}
+		// The refusals the weighted method answers are told apart by
+		// errors.Is (the review page falls back to it), no other.
+		if needs := tc.method != MethodWeighted && tc.want != ""; needs != errors.Is(err, ErrNeedsWeighted) {
+			t.Errorf("%s on %v: %v, errors.Is ErrNeedsWeighted %v, want %v", tc.method, tc.lines, err, !needs, needs)
 		}
 	}
 	if err := (Options{Target: 0.9, Delta: 0.05, By: ByType, MinLabels: 1, Method: "clever"}).Validate(); err == nil || !strings.Contains(err.Error(), `--method "clever"`) {
