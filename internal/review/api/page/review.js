@@ -360,16 +360,24 @@
 		setActive(next);
 	}
 
-	async function save() {
-		const item = state.item;
-		if (!item || state.busy) return;
+	// reviewerName is the reviewer's name, remembered for the next visit;
+	// "" after asking for it when the field is empty.
+	function reviewerName() {
 		const reviewer = ui.reviewer.value.trim();
 		if (!reviewer) {
 			showError('Enter your name as reviewer first.');
 			ui.reviewer.focus();
-			return;
+			return '';
 		}
 		storeReviewer(reviewer);
+		return reviewer;
+	}
+
+	async function save() {
+		const item = state.item;
+		if (!item || state.busy) return;
+		const reviewer = reviewerName();
+		if (!reviewer) return;
 		const labels = {};
 		for (const q of item.questions) if (q.id in state.labels) labels[q.id] = state.labels[q.id];
 		if (Object.keys(labels).length === 0) return;
@@ -407,13 +415,8 @@
 	async function pass() {
 		const item = state.item;
 		if (!item || state.busy) return;
-		const reviewer = ui.reviewer.value.trim();
-		if (!reviewer) {
-			showError('Enter your name as reviewer first.');
-			ui.reviewer.focus();
-			return;
-		}
-		storeReviewer(reviewer);
+		const reviewer = reviewerName();
+		if (!reviewer) return;
 		await store(item, { pass: true, reviewer }, 'Passed ');
 	}
 
