@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,8 +21,10 @@ func FormatThreshold(t float64) string { return certificate.FormatThreshold(t) }
 
 // resultJSON is the documented `--json` document.
 type resultJSON struct {
-	Target  float64     `json:"target"`
-	Delta   float64     `json:"delta"`
+	Target float64 `json:"target"`
+	Delta  float64 `json:"delta"`
+	// Family is present, true, with --family: delta is family-wise.
+	Family  bool        `json:"family,omitempty"`
 	Ignored int         `json:"ignored"`
 	Groups  []groupJSON `json:"groups"`
 }
@@ -49,6 +52,9 @@ type groupJSON struct {
 	// LateCorrections is the review API's count (GET /progress); null
 	// from a file, which cannot tell.
 	LateCorrections *int `json:"late_corrections"`
+	// Delta is the group's share of the family's delta, with --family
+	// only.
+	Delta *float64 `json:"delta,omitempty"`
 }
 
 // MarshalJSON writes the documented `--json` document: {"target", "delta",
@@ -62,7 +68,7 @@ type groupJSON struct {
 // late_corrections null unless the review API counted them. Notes are not
 // part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
-	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
+	doc := resultJSON{Target: r.Target, Delta: r.Delta, Family: r.Family, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Org: g.Org, Labels: g.Labels,
@@ -87,6 +93,9 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		gj.Waiting, gj.Refused = g.Waiting, g.Refused
 		if g.HasLateCorrections {
 			gj.LateCorrections = &g.LateCorrections
+		}
+		if r.Family {
+			gj.Delta = &g.Delta
 		}
 		doc.Groups = append(doc.Groups, gj)
 	}
@@ -118,8 +127,8 @@ func WriteTable(w io.Writer, r Result) error {
 	if method == "" {
 		method = MethodAnytime
 	}
-	fmt.Fprintf(bw, "target %v, delta %v, method %s: %d audited labels used, %d not audited (ignored)",
-		r.Target, r.Delta, method, used, r.Ignored)
+	fmt.Fprintf(bw, "target %v, delta %v%s, method %s: %d audited labels used, %d not audited (ignored)",
+		r.Target, r.Delta, familyNote(r), method, used, r.Ignored)
 	if r.Duplicates > 0 {
 		fmt.Fprintf(bw, ", %d duplicate lines counted once", r.Duplicates)
 	}
@@ -133,7 +142,7 @@ func WriteTable(w io.Writer, r Result) error {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
 		} else {
-			why = append(why, whyLine(g, r.Target, r.Delta, method))
+			why = append(why, whyLine(g, r.Target, cmp.Or(g.Delta, r.Delta), method))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
@@ -223,10 +232,7 @@ func groupQuestion(g Group) string {
 // whyLine says, for a group without a threshold, why the walk found none,
 // with the agreement seen so far.
 func whyLine(g Group, target, delta float64, method string) string {
-	name := display(g.Model) + " " + g.Type
-	if g.Question != "" {
-		name += " question " + display(g.Question)
-	}
+	name := groupLabel(g)
 	if method != MethodUniform {
 		if g.Why == WhyBelowTarget {
 			return fmt.Sprintf("%s: no threshold yet: the first candidate (confidence %s, %d entries, %d questions) has evidence %.3g where it needs %.3g (target %v, delta %v); agreement there %d/%d",
@@ -283,6 +289,9 @@ func WriteFragment(w io.Writer, r Result) error {
 	}
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, "route {")
+	for _, line := range promiseComment(r) {
+		fmt.Fprintf(bw, "\t# %s\n", line)
+	}
 	for i := 0; i < len(r.Groups); {
 		model := r.Groups[i].Model
 		var body []string
