@@ -285,6 +285,10 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		h.storeFailed(w, "put", err)
 		return
 	}
+	if err := h.store.noteLabelling(r.Context(), lines); err != nil { // from now on, no plan of its group (plans.go)
+		h.storeFailed(w, "put", err)
+		return
+	}
 	for _, rec := range lines {
 		if !rec.Pass {
 			h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
