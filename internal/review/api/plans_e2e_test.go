@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -60,5 +62,53 @@ func TestUniformPlanEndToEnd(t *testing.T) {
 	}
 	if _, _, err := runSubcommand(t, "calibrate", "--target", "0.9", "--method", "uniform", "--certificates", certs, labels); err == nil {
 		t.Fatal("uniform certificates without a plan were written")
+	}
+}
+
+// docs/calibration.md's plan commands (its ```sh plan blocks), run as
+// shown against the review API: the plan stored before any label, then,
+// once the entries are labelled, calibrate with the plan and verify.
+func TestDocsPlan(t *testing.T) {
+	raw, err := os.ReadFile("../../../docs/calibration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := fencedIn(string(raw), "sh plan")
+	if len(blocks) != 2 {
+		t.Fatalf("%d sh plan blocks in docs/calibration.md, want the plan and the look", len(blocks))
+	}
+	s := newStack(t, stackOptions{review: progressReview})
+	review := s.url + "/review"
+	put := regexp.MustCompile(`^curl -s -X PUT "\$REVIEW(/plans)" -d '([^']*)'$`)
+	m := put.FindStringSubmatch(strings.TrimSpace(blocks[0]))
+	if m == nil {
+		t.Fatalf("the plan command is not one the test runs: %q", blocks[0])
+	}
+	if resp, body := s.call(t, http.MethodPut, "/review"+m[1], m[2]); resp.StatusCode != 201 {
+		t.Fatalf("%s: %d %s", blocks[0], resp.StatusCode, body)
+	}
+	s.labelAudited(t, "late", "noul", 320, 320, 0.9, true)
+
+	t.Chdir(t.TempDir())
+	// Labelled just now: the look a day later, once the window has passed.
+	asOf := time.Now().Add(25 * time.Hour).UTC().Format(time.RFC3339)
+	var outs []string
+	for _, line := range strings.Split(strings.TrimSpace(blocks[1]), "\n") {
+		words := strings.Fields(strings.ReplaceAll(strings.ReplaceAll(line, `"$REVIEW`, review), `"`, ""))
+		if len(words) < 2 || words[0] != "systemone-gateway" {
+			t.Fatalf("a command the test does not run: %q", line)
+		}
+		args := words[2:]
+		if words[1] == "calibrate" {
+			args = append([]string{"--as-of", asOf}, args...)
+		}
+		out, stderr, err := runSubcommand(t, words[1], args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s\n%s", line, err, out, stderr)
+		}
+		outs = append(outs, out)
+	}
+	if len(outs) != 2 || !strings.Contains(outs[0], "300/300") || !strings.Contains(outs[0], " cert ") || !strings.HasPrefix(outs[1], "ok ") {
+		t.Fatalf("calibrate with the plan, then verify:\n%s", strings.Join(outs, "\n"))
 	}
 }
