@@ -144,9 +144,12 @@ func VerifyPlanned(certs []certificate.Certificate, raw [][]byte, plans *PlanSet
 	}
 	results := map[run]Result{}
 	kept := map[run][][]byte{}
-	firstLabel, err := firstLabels(raw)
-	if err != nil {
-		return nil, err
+	var firstLabel map[[2]string]time.Time
+	if slices.ContainsFunc(certs, func(c certificate.Certificate) bool { return c.Method == MethodUniform }) {
+		var err error
+		if firstLabel, err = firstLabels(raw); err != nil {
+			return nil, err
+		}
 	}
 	var out []Verification
 	for _, c := range certs {
