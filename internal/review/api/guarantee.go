@@ -282,6 +282,13 @@ type guaranteeGroup struct {
 	Agree    int64   `json:"agree"`
 	Evidence float64 `json:"evidence"`
 	Alarm    bool    `json:"alarm"`
+	// RaisedAt is when the alarm was raised and ResetAt the group's last
+	// reset (RFC 3339, Redis's clock: the clock of the entry ids, so that
+	// `calibrate --since <raised_at>` keeps the entries queued after the
+	// alarm); null when not in alarm (or its time was lost with Redis's
+	// data) and when never reset.
+	RaisedAt *string `json:"raised_at"`
+	ResetAt  *string `json:"reset_at"`
 	// LateCorrections counts the group's labels corrected after their
 	// entry was taken as evidence (late.go): counted, not observed.
 	LateCorrections int `json:"late_corrections"`
@@ -355,7 +362,7 @@ func groupPath(u *url.URL, byOrg bool) (monitor.Group, bool) {
 
 func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 	p := h.monitor.params
-	states, err := h.store.monitor.Groups(r.Context(), p)
+	states, err := h.store.monitor.List(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "guarantee", err)
 		return
@@ -367,9 +374,10 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 	}
 	groups := make([]guaranteeGroup, 0, len(states))
 	for g, s := range states {
-		h.monitor.metrics.set(g, s)
+		h.monitor.metrics.set(g, s.State)
 		groups = append(groups, guaranteeGroup{Model: g.Model, Type: g.Type, Org: g.Org, Alpha: p.Level(s.Sequence),
 			Entries: s.Entries, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm,
+			RaisedAt: rfc3339(s.RaisedAt), ResetAt: rfc3339(s.ResetAt),
 			LateCorrections: lateFor(late, g.Model, g.Type, g.Org)})
 	}
 	slices.SortFunc(groups, func(a, b guaranteeGroup) int {
@@ -382,4 +390,14 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 		return strings.Compare(a.Org, b.Org)
 	})
 	writeJSON(w, http.StatusOK, map[string]any{"target": p.Target, "alpha": p.Alpha, "groups": groups})
+}
+
+// rfc3339 writes t as RFC 3339 in UTC to the millisecond; nil for the
+// zero time (JSON null).
+func rfc3339(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	v := t.UTC().Format(time.RFC3339Nano)
+	return &v
 }

@@ -12,6 +12,12 @@ import (
 // observation it makes are written by one script):
 //
 //	<prefix>review:{<stream>}:guarantee   hash: group -> State (Encode's form)
+//	<prefix>review:{<stream>}:guarantee:raised_at
+//	                                      hash: group in alarm -> when raised (Unix ms)
+//	<prefix>review:{<stream>}:guarantee:reset_at
+//	                                      hash: group -> its last reset (Unix ms)
+//	<prefix>review:{<stream>}:guarantee:refused
+//	                                      hash: group -> entries refused (max_questions)
 //	<prefix>review:{<stream>}:alarms      set: the groups in alarm
 //	<prefix>review:{<stream>}:resets      hash: group -> token of its last reset
 //	<prefix>review:{<stream>}:pending     sorted set, all scores 0: the entries
