@@ -248,8 +248,13 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 			h.storeFailed(w, "put", err)
 			return
 		}
-		if ce := h.logger.Check(zap.WarnLevel, "late correction: the entry was taken as evidence before it; counted in late_corrections, the evidence unchanged"); ce != nil {
+		if ce := h.logger.Check(zap.WarnLevel, "late correction: the entry was taken as evidence before it; counted in late_corrections, the labels taken unchanged"); ce != nil {
 			ce.Write(zap.String("entry", e.ID), zap.String("model", e.Model), zap.Int("questions", len(lines)), zap.Duration("correct_within", h.correctWithin()))
+		}
+		// A correction to a disagreement still reaches the monitor.
+		if _, err := h.correctMonitor(r.Context(), id, lines); err != nil {
+			h.storeFailed(w, "put", err)
+			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusNoContent)

@@ -290,8 +290,12 @@ type guaranteeGroup struct {
 	RaisedAt *string `json:"raised_at"`
 	ResetAt  *string `json:"reset_at"`
 	// LateCorrections counts the group's labels corrected after their
-	// entry was taken as evidence (late.go): counted, not observed.
+	// entry was taken as evidence (late.go); a correction to a
+	// disagreement also moved the evidence (late_monitor.go).
 	LateCorrections int `json:"late_corrections"`
+	// Refused counts the group's entries with more of its questions than
+	// max_questions: refused as evidence.
+	Refused int64 `json:"refused"`
 }
 
 // serveGuarantee answers GET /guarantee and DELETE
@@ -372,13 +376,23 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, "guarantee", err)
 		return
 	}
+	refused, err := h.store.monitor.Refused(r.Context())
+	if err != nil {
+		h.storeFailed(w, "guarantee", err)
+		return
+	}
+	for g := range refused {
+		if _, ok := states[g]; !ok && g.ByOrg == h.monitor.byOrg {
+			states[g] = monitor.Listed{State: monitor.Fresh(p.Target)} // every entry of it refused so far
+		}
+	}
 	groups := make([]guaranteeGroup, 0, len(states))
 	for g, s := range states {
 		h.monitor.metrics.set(g, s.State)
 		groups = append(groups, guaranteeGroup{Model: g.Model, Type: g.Type, Org: g.Org, Alpha: p.Level(s.Sequence),
 			Entries: s.Entries, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm,
 			RaisedAt: rfc3339(s.RaisedAt), ResetAt: rfc3339(s.ResetAt),
-			LateCorrections: lateFor(late, g.Model, g.Type, g.Org)})
+			LateCorrections: lateFor(late, g.Model, g.Type, g.Org), Refused: refused[g]})
 	}
 	slices.SortFunc(groups, func(a, b guaranteeGroup) int {
 		if c := strings.Compare(a.Model, b.Model); c != 0 {

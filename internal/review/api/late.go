@@ -26,14 +26,21 @@ import (
 //	<prefix>review:{<stream>}:late                    hash: "<model>\x1f<type>\x1f<org>" -> count
 //
 // and logged. GET /progress and GET /guarantee report the counts as
-// late_corrections.
+// late_corrections. With the monitor on, a late correction to a
+// disagreement also reaches the group's evidence (late_monitor.go).
 
 // isLate reports whether a PUT on e, now, corrects an entry already taken
-// as evidence: audited, every question with a stored label, the newest
-// at least correct_within old (and the monitor's settle, when longer).
+// as evidence: audited, and taken by the monitor, or with every question
+// labelled, the newest at least correct_within old (and the monitor's
+// settle, when longer).
 func (h *Handler) isLate(ctx context.Context, e *record.Entry, now time.Time) (bool, error) {
 	if !e.Audit {
 		return false, nil
+	}
+	if h.monitor != nil {
+		if taken, err := h.store.takenByMonitor(ctx, e.ID); err != nil || taken {
+			return taken, err
+		}
 	}
 	stored, err := h.store.labels(ctx, []string{e.ID})
 	if err != nil || len(stored) == 0 {

@@ -27,6 +27,10 @@ import (
 //	<prefix>review:{<stream>}:taken       set: the entries already observed
 //	<prefix>review:{<stream>}:seen        set: the (model, request id, question)
 //	                                      triples already counted
+//	<prefix>review:{<stream>}:guarantee:refused  hash: group -> entries refused
+//	                                      (more questions than max_questions)
+//	<prefix>review:{<stream>}:taken:obs   hash: taken entry -> what it was observed
+//	                                      with, for late corrections (correct.go)
 //
 // where a group is written "<type>:<model>", or under `by org`
 // "<type>@<org, query-escaped>:<model>" (a type never holds ':' or '@', an

@@ -78,18 +78,27 @@ func (s *Store) Take(ctx context.Context, now time.Time, p Params, window time.D
 		if len(out) == 0 {
 			return updates, fmt.Errorf("take: empty answer")
 		}
-		for i := 1; i+2 < len(out); i += 3 {
-			g, ok := ParseMember(out[i])
-			st, err := Decode(out[i+1])
-			if !ok || err != nil {
-				return updates, fmt.Errorf("guarantee state of %q: %v", out[i], err)
-			}
-			updates = append(updates, Observed{Group: g, State: st, Raised: out[i+2] == "1"})
+		if updates, err = appendObserved(updates, out[1:]); err != nil {
+			return updates, err
 		}
 		if n, _ := strconv.Atoi(out[0]); n < takeBatch {
 			return updates, nil
 		}
 	}
+}
+
+// appendObserved appends the groups a script answered, as triples:
+// member, state, raised (1|0).
+func appendObserved(updates []Observed, out []string) ([]Observed, error) {
+	for i := 0; i+2 < len(out); i += 3 {
+		g, ok := ParseMember(out[i])
+		st, err := Decode(out[i+1])
+		if !ok || err != nil {
+			return updates, fmt.Errorf("guarantee state of %q: %v", out[i], err)
+		}
+		updates = append(updates, Observed{Group: g, State: st, Raised: out[i+2] == "1"})
+	}
+	return updates, nil
 }
 
 func anys(ss []string) []any {
