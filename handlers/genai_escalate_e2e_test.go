@@ -62,11 +62,7 @@ func TestGenAITracesEscalation(t *testing.T) {
 
 	check := func(what string, attrs, want map[string]string) {
 		t.Helper()
-		for k, v := range want {
-			if got, ok := attrs[k]; v == "" && ok || v != "" && got != v {
-				t.Errorf("%s: %s = %q (present %v), want %q", what, k, got, ok, v)
-			}
-		}
+		checkAttrs(t, what, attrs, want)
 	}
 	escalated := server(spans, "escalated")
 	check("escalated: the evaluation span", escalated.attrs, map[string]string{
