@@ -71,7 +71,7 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 	}
 	for i := range res.Groups {
 		g := &res.Groups[i]
-		g.LateCorrections, g.HasLateCorrections = lateFor(late, g.Model, g.Type, g.Org), true
+		g.LateCorrections, g.HasLateCorrections = lateFor(late, lateGroup{model: g.Model, typ: g.Type, org: g.Org}), true
 	}
 	var out bytes.Buffer
 	if err := calibrate.WriteJSON(&out, res); err != nil {
