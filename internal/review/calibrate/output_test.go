@@ -104,7 +104,7 @@ func TestCaddyfileToken(t *testing.T) {
 
 // runCommand runs the calibrate command as Caddy's CLI would set it up,
 // with the given standard input.
-func runCommand(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
+func runCommand(t testing.TB, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	cmd := &cobra.Command{Use: "calibrate", SilenceUsage: true, SilenceErrors: true}
 	setUp(cmd)
