@@ -113,12 +113,13 @@ func build(cfg Config, rdb RedisClient, prefix string, o redisstore.Options, swe
 	if rdb != nil {
 		rs := redisstore.New(rdb, prefix, o)
 		l.shared = rs
-		if a := cfg.LocalAllowance; a != nil {
+		if a := cfg.allowance(); a.Mode != AllowanceOff {
 			share, interval := a.settings()
 			l.shared = redisstore.NewLeases(rs, redisstore.LeaseOptions{Share: share, Interval: interval,
-				Now: func() time.Time { return l.now() }, Specs: l.specsFor, SweepEvery: sweepEvery})
+				Now: func() time.Time { return l.now() }, Specs: l.specsFor, SweepEvery: sweepEvery,
+				Adaptive: a.Mode == AllowanceAdaptive})
 		}
-	} else if cfg.LocalAllowance != nil {
+	} else if a := cfg.LocalAllowance; a != nil && a.Mode != AllowanceOff {
 		// In process every admission is local already.
 		o.Logger.Warn("local_allowance has no effect without redis")
 	}
