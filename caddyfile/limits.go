@@ -135,14 +135,8 @@ func allowanceArgs(d *caddyfile.Dispenser) (*limits.LocalAllowance, error) {
 	}
 	v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
 	switch v {
-	case limits.AllowanceOff:
-		// Exact admission always: nothing may follow.
-		a.Mode = v
-		if d.NextArg() {
-			return nil, d.Errf("local_allowance off takes no share or interval")
-		}
-		return a, nil
-	case limits.AllowanceAdaptive, limits.AllowanceAlways:
+	case limits.AllowanceOff, limits.AllowanceAdaptive, limits.AllowanceAlways:
+		// The mode; a share after off is Validate's error.
 		a.Mode = v
 		if !d.NextArg() {
 			return a, nil
