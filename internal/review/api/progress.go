@@ -14,7 +14,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
-// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>&method=<anytime|uniform|weighted>&since=<time|entry id>
+// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question|org>&min_labels=<n>&method=<anytime|uniform|weighted>&family=<0|1>&since=<time|entry id>
 // with exactly what `systemone-gateway calibrate --json` prints for the
 // labels stored now: the same package computes it (calibrate.Sample) and
 // writes it (calibrate.WriteJSON), from the same lines GET /labels
@@ -117,6 +117,7 @@ func progressOptions(query url.Values) (calibrate.Options, errorList) {
 	if n, ok := positiveInt(&errs, query, "min_labels"); ok {
 		opts.MinLabels = n
 	}
+	opts.Family = boolParam(&errs, query, "family")
 	if v, ok := query["method"]; ok {
 		if !slices.Contains(calibrate.Methods, v[0]) {
 			expected := literals(calibrate.Methods)

@@ -151,6 +151,11 @@ type Options struct {
 	// refused as evidence and counted (Group.Refused). 0 is
 	// DefaultMaxQuestions.
 	MaxQuestions int
+	// Family holds the guarantee for all the groups together: the chance
+	// that any threshold reported is wrong is at most Delta, each group
+	// walked at its share (family.go). Default off: each group's chance
+	// is at most Delta on its own.
+	Family bool
 	// Expect asks for labels_expected, a simulation of each group without
 	// a threshold (a few dozen resampled futures, each up to thousands of
 	// entries): true in DefaultOptions; without it LabelsExpected is
@@ -220,6 +225,9 @@ type Result struct {
 	// Method the method (never "").
 	Target, Delta float64
 	Method        string
+	// Family is Options.Family: Delta bounds the chance that any group's
+	// threshold is wrong, each group's Delta its share.
+	Family bool
 	// Ignored counts the lines without `audit`: they are not a uniform
 	// sample of the traffic, so they cannot support a guarantee.
 	Ignored int
@@ -244,6 +252,9 @@ type Group struct {
 	Question string
 	// Org is the org of an org group (ByOrg), "" for a pooled group.
 	Org string
+	// Delta is the risk the group was walked at: the calibration's, or
+	// with Family the group's share of it.
+	Delta float64
 	// Cert is the id of the threshold's certificate, once Certify has
 	// written one; the fragment writes it on the threshold's line.
 	Cert string

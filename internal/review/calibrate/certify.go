@@ -53,7 +53,7 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		Entries: g.Entries, Lines: g.N, Agree: g.Agree, Evidence: g.Evidence,
 		LabelsSHA256: sum, LabelsUntil: until,
 		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
-		MaxQuestions: opts.maxQuestions(), Since: opts.Since.String(),
+		MaxQuestions: opts.maxQuestions(), Since: opts.Since.String(), Family: opts.Family,
 	}
 	if g.HasThreshold {
 		c.Threshold = g.Threshold
@@ -106,7 +106,7 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 		opts    Options
 	}
 	runOf := func(c certificate.Certificate) run {
-		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions}
+		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions, Family: c.Family}
 		if c.MaxQuestions == 0 {
 			opts.MaxQuestions = DefaultMaxQuestions
 		}

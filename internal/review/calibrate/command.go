@@ -21,7 +21,7 @@ import (
 func Commands(check ConfigCheck) []caddycmd.Command {
 	return []caddycmd.Command{{
 		Name:  "calibrate",
-		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--correct-within <duration>] [--max-questions <n>] [--since <time|entry id>] [--as-of <time>] [--certificates <file>] [--json] <labels>",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--family] [--correct-within <duration>] [--max-questions <n>] [--since <time|entry id>] [--as-of <time>] [--certificates <file>] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
 		Long: `
 Computes, for each model version and question type (and, with --by
@@ -81,6 +81,11 @@ with when each entry was queued (the milliseconds of its id), not with
 when it was labelled. A certificate records it, and verify recomputes
 with it.
 
+Each group's promise is its own: the chance that its threshold is wrong
+is at most --delta on its own. --family holds it for all the groups of
+the calibration together: the chance that any is wrong is at most
+--delta, each group walked at its share of it (docs/calibration.md).
+
 No audited label at all is an error (exit status 1); a --target or
 --delta outside (0, 1) exits with status 2.
 
@@ -130,6 +135,7 @@ func setUp(cmd *cobra.Command) {
 	fl.String("certificates", "", "write a certificate per threshold to this file, and its id on the threshold's line")
 	fl.String("method", defaults.Method, `"anytime" (valid however often you look), "weighted" for the labels of the active audit, or "uniform" (one look only)`)
 	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
+	fl.Bool("family", false, "hold the guarantee for all the groups together: the chance that any threshold is wrong is at most --delta")
 	fl.Duration("correct-within", defaults.CorrectWithin, "the correction window: an entry is evidence once all its audited questions are labelled (or it is passed) and its newest label is this old; 0s takes labels as final at once")
 	fl.String("as-of", "", "the time of the look, RFC 3339 (default now): recomputes a past look")
 	fl.String("since", "", "keep only the entries from this point of the review stream on: an entry id, or an RFC 3339 time compared with when each entry was queued (its id), for example a guarantee alarm's raised_at")
@@ -158,6 +164,7 @@ func run(cmd *cobra.Command, args []string) error {
 	opts.Method, _ = fl.GetString("method")
 	opts.CorrectWithin, _ = fl.GetDuration("correct-within")
 	opts.MaxQuestions, _ = fl.GetInt("max-questions")
+	opts.Family, _ = fl.GetBool("family")
 	opts.AsOf = time.Now().UTC()
 	if asOf, _ := fl.GetString("as-of"); fl.Changed("as-of") {
 		if opts.AsOf, err = time.Parse(time.RFC3339Nano, asOf); err != nil {

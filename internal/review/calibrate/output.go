@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,8 +25,10 @@ type resultJSON struct {
 	Delta  float64 `json:"delta"`
 	// Method is the method the thresholds were computed with; Since the
 	// first entry id counted (--since), null without.
-	Method  string      `json:"method"`
-	Since   *string     `json:"since"`
+	Method string  `json:"method"`
+	Since  *string `json:"since"`
+	// Family is present, true, with --family: delta is family-wise.
+	Family  bool        `json:"family,omitempty"`
 	Ignored int         `json:"ignored"`
 	Groups  []groupJSON `json:"groups"`
 }
@@ -53,6 +56,9 @@ type groupJSON struct {
 	// LateCorrections is the review API's count (GET /progress); null
 	// from a file, which cannot tell.
 	LateCorrections *int `json:"late_corrections"`
+	// Delta is the group's share of the family's delta, with --family
+	// only.
+	Delta *float64 `json:"delta,omitempty"`
 	// Bins is the reliability diagram, InForce the threshold in force
 	// (null when no answer of the group was routed auto): bins.go.
 	Bins    []binJSON    `json:"bins"`
@@ -87,7 +93,7 @@ type inForceJSON struct {
 // late_corrections null unless the review API counted them. Notes are not
 // part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
-	doc := resultJSON{Target: r.Target, Delta: r.Delta, Method: r.Method, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
+	doc := resultJSON{Target: r.Target, Delta: r.Delta, Method: r.Method, Family: r.Family, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	if r.Since.Set {
 		since := r.Since.String()
 		doc.Since = &since
@@ -124,6 +130,9 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		if g.InForce != nil {
 			gj.InForce = (*inForceJSON)(g.InForce)
 		}
+		if r.Family {
+			gj.Delta = &g.Delta
+		}
 		doc.Groups = append(doc.Groups, gj)
 	}
 	return json.Marshal(doc)
@@ -158,8 +167,8 @@ func WriteTable(w io.Writer, r Result) error {
 	if r.Since.Set {
 		since = ", entries from " + r.Since.String() + " on"
 	}
-	fmt.Fprintf(bw, "target %v, delta %v, method %s%s: %d audited labels used, %d not audited (ignored)",
-		r.Target, r.Delta, method, since, used, r.Ignored)
+	fmt.Fprintf(bw, "target %v, delta %v%s, method %s%s: %d audited labels used, %d not audited (ignored)",
+		r.Target, r.Delta, familyNote(r), method, since, used, r.Ignored)
 	if r.Duplicates > 0 {
 		fmt.Fprintf(bw, ", %d duplicate lines counted once", r.Duplicates)
 	}
@@ -173,7 +182,7 @@ func WriteTable(w io.Writer, r Result) error {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
 		} else {
-			why = append(why, whyLine(g, r.Target, r.Delta, method))
+			why = append(why, whyLine(g, r.Target, cmp.Or(g.Delta, r.Delta), method))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
@@ -263,10 +272,7 @@ func groupQuestion(g Group) string {
 // whyLine says, for a group without a threshold, why the walk found none,
 // with the agreement seen so far.
 func whyLine(g Group, target, delta float64, method string) string {
-	name := display(g.Model) + " " + g.Type
-	if g.Question != "" {
-		name += " question " + display(g.Question)
-	}
+	name := groupLabel(g)
 	if method != MethodUniform {
 		if g.Why == WhyBelowTarget {
 			return fmt.Sprintf("%s: no threshold yet: the first candidate (confidence %s, %d entries, %d questions) has evidence %.3g where it needs %.3g (target %v, delta %v); agreement there %d/%d",
@@ -323,6 +329,9 @@ func WriteFragment(w io.Writer, r Result) error {
 	}
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, "route {")
+	for _, line := range promiseComment(r) {
+		fmt.Fprintf(bw, "\t# %s\n", line)
+	}
 	for i := 0; i < len(r.Groups); {
 		model := r.Groups[i].Model
 		var body []string

@@ -32,9 +32,14 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 	}
 	s.markComplete(opts.asOf(), opts.CorrectWithin.Nanoseconds())
 	gs := s.groups(opts, &res)
+	deltas := s.familyDeltas(gs, opts) // before sortRecords: in entry order
+	res.Family = opts.Family
 	ranges := gs.sortRecords(s)
 	for g, k := range gs.keys {
-		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], opts, method))
+		o := opts
+		o.Delta = deltas[g]
+		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], o, method))
+		res.Groups[len(res.Groups)-1].Delta = deltas[g]
 	}
 	s.markInForce(res.Groups, gs, ranges, before)
 	slices.SortFunc(res.Groups, func(a, b Group) int {
