@@ -198,31 +198,41 @@
 		box.hidden = cards.length === 0;
 	}
 
-	// Geometry of a diagram: confidence on x, agreement on y, both 0..1.
+	// Geometry of a diagram: confidence on x, from the lowest tenth the
+	// group's bins and thresholds reach (0.5 at the most) to 1, where
+	// thresholds live; agreement on y, 0..1.
 	const W = 360, H = 220, left = 40, right = 12, top = 12, bottom = 32;
-	const x = (c) => left + c * (W - left - right);
 	const y = (a) => top + (1 - a) * (H - top - bottom);
 
 	function card(g, target, from) {
 		const f = inForce(g, target, from);
 		const supported = g.threshold !== null && g.threshold !== undefined;
+		const reach = [0.5, ...(g.bins || []).map((b) => b.from)];
+		if (g.in_force) reach.push(g.in_force.threshold);
+		if (supported) reach.push(g.threshold);
+		const lo = Math.max(0, Math.floor(Math.min(...reach) * 10) / 10);
+		const x = (c) => left + (c - lo) / (1 - lo) * (W - left - right);
 		const plot = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, role: 'img', class: 'reliability' },
 			svg('title', null, 'Agreement by confidence, ' + g.model + ' ' + g.type));
 		// Axes and grid.
 		plot.append(svg('rect', { x: left, y: top, width: W - left - right, height: H - top - bottom, fill: '#fbfcfd', stroke: '#d5dae0' }));
 		for (const v of [0, 0.5, 1]) {
-			plot.append(svg('text', { x: x(v), y: H - bottom + 14, 'text-anchor': 'middle', class: 'tick' }, String(v)));
+			const c = Math.round((lo + v * (1 - lo)) * 100) / 100;
+			plot.append(svg('text', { x: x(c), y: H - bottom + 14, 'text-anchor': 'middle', class: 'tick' }, String(c)));
 			plot.append(svg('text', { x: left - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'tick' }, String(v)));
 		}
 		plot.append(svg('text', { x: (left + W - right) / 2, y: H - 4, 'text-anchor': 'middle', class: 'axis' }, 'confidence'));
-		// The bins: the share agreeing, and its interval.
+		// The bins: the share agreeing, and its interval (drawn last, over
+		// the threshold lines).
+		const intervals = [];
 		for (const b of g.bins || []) {
 			const bar = svg('rect', {
 				x: x(b.from) + 1, y: y(b.agreement), width: Math.max(x(b.to) - x(b.from) - 2, 1), height: Math.max(y(0) - y(b.agreement), 0),
 				fill: '#8fb3de', class: 'bin', 'data-from': b.from, 'data-n': b.n, 'data-agree': b.agree,
 			}, svg('title', null, b.from + '–' + b.to + ': ' + b.agree + ' of ' + b.n + ' agree (' + (100 * b.agreement).toFixed(1) + '%), 95% Wilson interval ' + b.lower.toFixed(3) + '–' + b.upper.toFixed(3)));
 			const mid = (x(b.from) + x(b.to)) / 2;
-			plot.append(bar, svg('line', { x1: mid, x2: mid, y1: y(b.lower), y2: y(b.upper), stroke: '#1b1f24', 'stroke-width': 1.5, class: 'interval' }));
+			plot.append(bar);
+			intervals.push(svg('line', { x1: mid, x2: mid, y1: y(b.lower), y2: y(b.upper), stroke: '#1b1f24', 'stroke-width': 1.5, class: 'interval' }));
 		}
 		// The target, the threshold in force and the one the labels support.
 		plot.append(svg('line', { x1: left, x2: W - right, y1: y(target), y2: y(target), stroke: '#0b5cad', 'stroke-dasharray': '4 3', class: 'target' }));
@@ -235,6 +245,7 @@
 		if (supported) {
 			plot.append(svg('line', { x1: x(g.threshold), x2: x(g.threshold), y1: top, y2: y(0), stroke: '#0b7a3b', 'stroke-width': 2, 'stroke-dasharray': '6 2', class: 'supported' }));
 		}
+		plot.append(...intervals);
 		const legend = el('ul', { className: 'legend' },
 			el('li', { className: 'target' }, 'target ' + target + ' (dashed blue)'),
 			el('li', { className: 'in-force' + (f.warn ? ' warn' : ''), title: f.title },

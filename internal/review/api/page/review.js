@@ -597,9 +597,10 @@
 	ui.skip.addEventListener('click', skip);
 	ui.pass.addEventListener('click', pass);
 	document.addEventListener('keydown', onKey);
-	load(true);
 	// Without a target of the reviewer's own, the monitor's target: the one
-	// the thresholds are watched at (else the page's default).
+	// the thresholds are watched at (else the page's default). The first
+	// item waits for the progress, which names the entry holding the
+	// evidence back (waiting_on): that one is served first.
 	(async () => {
 		if (!storedTarget) {
 			// Without a monitor (or with its state unread) load answers
@@ -607,6 +608,7 @@
 			const g = await guarantee.load();
 			if (g && typeof g.target === 'number') ui.target.value = String(g.target);
 		}
-		loadProgress();
+		await loadProgress();
+		load(true);
 	})();
 })();
