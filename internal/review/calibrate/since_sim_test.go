@@ -172,6 +172,7 @@ func wrong(g calibrate.Group) bool {
 // most delta + 3 SE of them, while the same calibration over all labels
 // gives back a threshold the shift made wrong in most.
 func TestSinceAfterAlarmKeepsTheGuarantee(t *testing.T) {
+	simulationOnly(t)
 	const lives = 200
 	var alarmed, sinceWrong, sinceFound, allWrong, miscounted int
 	var olds, sinceThresholds, allThresholds []float64

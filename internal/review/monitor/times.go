@@ -11,8 +11,9 @@ import (
 // When a group's alarm was raised and when it was last reset: the natural
 // starting points of what to label and recalibrate from after an alarm.
 // The scripts write them from Redis's clock (TIME), the clock the review
-// stream's entry ids come from, so that "the entries queued after the
-// alarm" is exact whatever the clocks of the gateways and review handlers.
+// stream's entry ids come from, as the first millisecond after the event:
+// the entries with ids at or after it are exactly those queued after it,
+// whatever the clocks of the gateways and review handlers.
 
 // Listed is a group's state with its alarm's and its last reset's times.
 type Listed struct {

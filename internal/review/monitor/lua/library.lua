@@ -14,11 +14,12 @@ local function guarantee_fields(state)
   for w in string.gmatch(state, '%S+') do f[#f + 1] = w end
   return tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), tonumber(f[7]), tonumber(f[8]), f[9]
 end
--- Redis's clock in Unix ms: the clock of the stream's entry ids, so that
--- an alarm's raised_at names exactly the entries queued after it.
+-- The first millisecond after now on Redis's clock (Unix ms): the clock
+-- of the stream's entry ids, so that the ids at or after an alarm's
+-- raised_at are exactly entries queued after it.
 local function guarantee_clock()
   local t = redis.call('TIME')
-  return string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  return string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + 1)
 end
 local function guarantee_next_sequence(seq)
   if seq + 1 > 1000 then return 1000 end
