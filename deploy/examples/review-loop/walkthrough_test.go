@@ -50,7 +50,8 @@ func TestWalkthrough(t *testing.T) {
 
 	ports, rewrite := freePorts(t)
 	tmp := t.TempDir()
-	run := script(steps, ports, map[int]string{0: rewrite})
+	times := filepath.Join(tmp, "times")
+	run := script(steps, ports, map[int]string{0: rewrite}, times)
 	scriptFile := filepath.Join(tmp, "walkthrough.sh")
 	if err := os.WriteFile(scriptFile, []byte(run), 0o600); err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func TestWalkthrough(t *testing.T) {
 	before := gitStatus(t, root)
 	start := time.Now()
 	out := runScript(t, root, scriptFile, scratch)
-	t.Logf("walk-through run in %v", time.Since(start))
+	t.Logf("walk-through run in %v; per block: %s", time.Since(start).Round(time.Second/10), blockTimes(times))
 	outputs, done := splitOutputs(out, len(steps))
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -171,8 +172,14 @@ func runScript(t *testing.T, dir, file, tmp string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", file)
 	cmd.Dir = dir
-	cmd.Env = append(withoutEnv(os.Environ(), "REDIS_URL", "SYSTEMONE_API_KEY", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME"),
-		"TMPDIR="+tmp, "XDG_CONFIG_HOME="+tmp, "XDG_DATA_HOME="+tmp)
+	// Go reads its settings (go env -w) from the user's config directory:
+	// named by GOENV, they stay the reader's when Caddy's state moves.
+	goenv, err := exec.Command("go", "env", "GOENV").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(withoutEnv(os.Environ(), "REDIS_URL", "SYSTEMONE_API_KEY", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "GOENV"),
+		"TMPDIR="+tmp, "XDG_CONFIG_HOME="+tmp, "XDG_DATA_HOME="+tmp, "GOENV="+strings.TrimSpace(string(goenv)))
 	outFile := filepath.Join(filepath.Dir(file), "output.log")
 	f, err := os.Create(outFile)
 	if err != nil {
