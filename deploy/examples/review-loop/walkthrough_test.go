@@ -16,8 +16,9 @@ import (
 	"github.com/systemone/systemone-gateway/internal/pinblock"
 )
 
-// walkthroughDeadline bounds the whole run; a run takes well under a
-// minute once the build cache holds the gateway's packages.
+// walkthroughDeadline bounds the whole run; a run takes about a minute,
+// most of it the build (the link, once the build cache holds the
+// packages).
 const walkthroughDeadline = 5 * time.Minute
 
 // TestWalkthrough runs docs/walkthrough.md as a reader does: its sh blocks
