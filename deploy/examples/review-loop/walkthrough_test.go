@@ -133,7 +133,7 @@ func TestWalkthrough(t *testing.T) {
 	}
 
 	if after := gitStatus(t, root); after != before {
-		t.Errorf("the walk-through changed the clone: git status --porcelain was\n%s\nand is\n%s", before, after)
+		t.Errorf("the walk-through changed the clone: git status --porcelain --ignored was\n%s\nand is\n%s", before, after)
 	}
 }
 
@@ -238,12 +238,13 @@ func outputOf(t *testing.T, steps []step, outputs []string, s string) string {
 	return outputs[found]
 }
 
-// gitStatus is the clone's `git status --porcelain`, or "" with a note
-// when dir is not a git work tree (a source archive): then nothing is
-// compared.
+// gitStatus is the clone's `git status --porcelain`, its untracked and
+// ignored files each named (a binary built at the root is ignored, and
+// still a trace), or "" with a note when dir is not a git work tree (a
+// source archive): then nothing is compared.
 func gitStatus(t *testing.T, dir string) string {
 	t.Helper()
-	out, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=all").Output()
+	out, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=all", "--ignored").Output()
 	if err != nil {
 		t.Logf("git status in %s: %v: the clone is not compared before and after", dir, err)
 		return ""
