@@ -17,10 +17,13 @@
 // the bucket arithmetic every store shares): in process (package memstore),
 // the default, which survives config reloads; or in Redis (package
 // redisstore), shared by every gateway instance, one script call per
-// admission on the Redis server's clock; or, with local_allowance, the
-// leases (redisstore.Leases), a store wrapping Redis's that spends slices
-// of an organization's buckets in process, one call per lease. When Redis
-// fails, on_store_error decides; see Limiter.Admit.
+// exact admission on the Redis server's clock, behind the leases
+// (redisstore.Leases), a store wrapping Redis's that spends slices of an
+// organization's buckets in process, one call per lease: by default only
+// for organizations admitted at a pace against limits large enough (the
+// adaptive allowance), for every organization with local_allowance, for
+// none with local_allowance off. When Redis fails, on_store_error decides;
+// see Limiter.Admit.
 package limits
 
 import (
@@ -113,12 +116,13 @@ func build(cfg Config, rdb RedisClient, prefix string, o redisstore.Options, swe
 	if rdb != nil {
 		rs := redisstore.New(rdb, prefix, o)
 		l.shared = rs
-		if a := cfg.LocalAllowance; a != nil {
+		if a := cfg.allowance(); a.Mode != AllowanceOff {
 			share, interval := a.settings()
 			l.shared = redisstore.NewLeases(rs, redisstore.LeaseOptions{Share: share, Interval: interval,
-				Now: func() time.Time { return l.now() }, Specs: l.specsFor, SweepEvery: sweepEvery})
+				Now: func() time.Time { return l.now() }, Specs: l.specsFor, SweepEvery: sweepEvery,
+				Adaptive: a.Mode == AllowanceAdaptive})
 		}
-	} else if cfg.LocalAllowance != nil {
+	} else if a := cfg.LocalAllowance; a != nil && a.Mode != AllowanceOff {
 		// In process every admission is local already.
 		o.Logger.Warn("local_allowance has no effect without redis")
 	}
@@ -282,9 +286,11 @@ const (
 // budget agree); otherwise the budget's 402 comes before the waits of the
 // token bucket and the hold, which would only lead to it.
 //
-// With Redis, the admission costs one round trip bounded by store_timeout
-// (and ctx); with local_allowance, none while the organization's lease can
-// pay it, and one per new lease (organizations with a budget stay exact).
+// With Redis, an exact admission costs one round trip bounded by
+// store_timeout (and ctx); one paid from a lease (the adaptive allowance
+// for an organization at a pace on a large limit, or local_allowance)
+// none while the organization's lease can pay it, and one per new lease
+// (organizations with a budget stay exact).
 // If that fails, on_store_error decides: local admits against the
 // in-process buckets with the same limits, allow admits, deny answers
 // Unavailable. After three consecutive outage errors of one Redis node, that

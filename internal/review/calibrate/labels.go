@@ -212,7 +212,8 @@ func (s *Sample) AddLabel(rec *record.Label) error {
 func LineOf(rec *record.Label) (Line, error) {
 	var err error
 	l := Line{Model: rec.Model, Type: rec.Type, Question: rec.Question, Agree: rec.Agree, Audit: rec.Audit,
-		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay || rec.Route == RouteReplayFailed, Pending: rec.Pending, Pass: rec.Pass}
+		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay || rec.Route == RouteReplayFailed, Pending: rec.Pending, Pass: rec.Pass,
+		Auto: rec.Route == record.RouteAuto}
 	if rec.Pass {
 		l.Agree = false // a passed entry's questions count as disagreements
 	}

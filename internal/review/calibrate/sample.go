@@ -76,7 +76,7 @@ type compactLine struct {
 	flags             recordFlags
 }
 
-type recordFlags uint8
+type recordFlags uint16
 
 const (
 	hasConfidence recordFlags = 1 << iota
@@ -92,6 +92,8 @@ const (
 	// incomplete: a line of an entry that is not complete at the look
 	// (Sample.markComplete).
 	incomplete
+	// routedAuto: the gateway routed the question auto (Line.Auto).
+	routedAuto
 )
 
 // entryID writes the record's entry id as the stream does; "" without one.
@@ -154,7 +156,7 @@ func (s *Sample) Add(l Line) {
 	for _, f := range []struct {
 		on   bool
 		flag recordFlags
-	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}, {l.Pending, pending}} {
+	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}, {l.Pending, pending}, {l.Auto, routedAuto}} {
 		if f.on {
 			r.flags |= f.flag
 		}

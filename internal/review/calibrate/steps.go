@@ -21,7 +21,12 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 	}
 	method := opts.method()
 	s.dedupe()
-	res := Result{Target: opts.Target, Delta: opts.Delta, Method: method, Duplicates: s.duplicates}
+	res := Result{Target: opts.Target, Delta: opts.Delta, Method: method, Duplicates: s.duplicates, Since: opts.Since}
+	before := s.keepSince(opts.Since)
+	defer func() { s.records = append(s.records, before...) }()
+	if opts.Since.Set {
+		res.Notes = append(res.Notes, sinceNote(opts.Since, before))
+	}
 	if err := s.checkLines(&res, method); err != nil {
 		return Result{}, err
 	}
@@ -31,6 +36,7 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 	for g, k := range gs.keys {
 		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], opts, method))
 	}
+	s.markInForce(res.Groups, gs, ranges, before)
 	slices.SortFunc(res.Groups, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question), cmp.Compare(a.Org, b.Org))
 	})
@@ -297,6 +303,7 @@ func (s *Sample) walkGroup(k groupKey, records []compactLine, opts Options, meth
 		walked.lines = append(walked.lines, r.line)
 	}
 	walked.Waiting = len(walked.lines) - len(prefix)
+	walked.Bins = s.binsOf(records, method == MethodWeighted)
 	return walked
 }
 

@@ -189,7 +189,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 // labelled is one entry's `/labels` lines.
 type labelled struct {
 	entry string
-	lines []line
+	// lines are the labelled questions' lines, replayed; carried the
+	// lines of questions not labelled yet or of a passed entry, written
+	// under the new version as they are (output.go).
+	lines   []line
+	carried []line
 	// tooLarge: the entry's lines exceed maxEntryBytes; they were not
 	// kept, and the entry fails.
 	tooLarge bool
@@ -201,6 +205,7 @@ type line struct {
 	question string
 	typ      string
 	label    json.RawMessage
+	pass     bool // a line of a passed entry (carried)
 }
 
 // job is one entry on its way through Run: read, replayed by a worker,
@@ -265,6 +270,10 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 			case <-ctx.Done():
 				return false
 			}
+			if len(e.lines) == 0 && !e.tooLarge {
+				j.done <- result{carriedOnly: true} // nothing to ask: its lines are carried
+				return true
+			}
 			select {
 			case work <- j:
 				taken++
@@ -281,19 +290,26 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	for j := range inOrder {
 		res := <-j.done
 		switch {
+		case res.carriedOnly:
+			if !opts.DryRun {
+				w.hold(j.entry, false)
+			}
 		case res.skipped:
 			sum.Skipped++
 		case res.err != nil:
 			sum.Failed++
 			fmt.Fprintf(opts.Log, "entry %s: %v\n", j.entry.entry, res.err)
 			if !opts.DryRun {
-				w.failed(j.entry)
+				w.hold(j.entry, true)
 			}
 		default:
 			sum.Replayed++
 			sum.Tokens += res.tokens
 			w.answered(res.model)
 			w.write(res.lines)
+			if !opts.DryRun {
+				w.hold(j.entry, false) // its carried lines, if any
+			}
 		}
 		if w.err != nil {
 			cancel() // nowhere to write: stop asking
@@ -313,9 +329,12 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 
 // result is one entry's outcome.
 type result struct {
-	skipped bool
-	err     error
-	tokens  int64
+	// carriedOnly: the entry has no labelled question, only carried
+	// lines; it is not replayed.
+	carriedOnly bool
+	skipped     bool
+	err         error
+	tokens      int64
 	// model is the concrete version that answered; empty in a dry run.
 	model string
 	lines [][]byte

@@ -40,12 +40,13 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 			continue
 		}
 		rec, err := record.ParseLabel(raw)
+		// A question not labelled yet, or of a passed entry, has no label
+		// to score a new answer with, but stays in the sample: carried.
+		carried := rec.Pending || rec.Pass
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s: line %d is not a /labels line: %v", name, num, err)
-		case rec.Pending || rec.Pass:
-			continue // no label to carry over: a question not labelled yet, or a passed entry
-		case rec.Entry == "" || len(rec.Label) == 0:
+		case rec.Entry == "" || len(rec.Label) == 0 && !carried:
 			return fmt.Errorf("%s: line %d is not a /labels line: replay needs its entry and label", name, num)
 		}
 		if rec.Entry != cur.entry || cur.entry == "" {
@@ -60,10 +61,15 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 		}
 		held += len(raw)
 		if held > maxEntryBytes {
-			cur.tooLarge, cur.lines = true, nil // counted as failed, read past
+			cur.tooLarge, cur.lines, cur.carried = true, nil, nil // counted as failed, read past
 			continue
 		}
-		cur.lines = append(cur.lines, line{raw: bytes.Clone(raw), question: rec.Question, typ: rec.Type, label: rec.Label})
+		l := line{raw: bytes.Clone(raw), question: rec.Question, typ: rec.Type, label: rec.Label, pass: rec.Pass}
+		if carried {
+			cur.carried = append(cur.carried, l)
+		} else {
+			cur.lines = append(cur.lines, l)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {

@@ -258,11 +258,38 @@
 		ui.content.replaceChildren(...parts);
 	}
 
-	// modelAnswer describes the model's answer to q.
-	function modelAnswer(q) {
-		if (q.answer === null || q.answer === undefined) return 'unreadable';
-		if (q.type === 'noul') return q.answer + (q.answer >= 0.5 ? ' (yes)' : ' (no)');
-		return String(q.answer);
+	// modelAnswer describes a model's answer to a question of type type.
+	function modelAnswer(type, answer) {
+		if (answer === null || answer === undefined) return 'unreadable';
+		if (type === 'noul') return answer + (answer >= 0.5 ? ' (yes)' : ' (no)');
+		return String(answer);
+	}
+
+	function confidenceText(c) {
+		return c === null || c === undefined ? 'unreadable' : Number(c).toFixed(2);
+	}
+
+	// answers shows the model's answer to q: for a question an escalate
+	// block asked again, both versions' answers, and which one the client
+	// got (the second when it routed the question auto).
+	function answers(item, q) {
+		const esc = q.escalated;
+		if (!esc || typeof esc !== 'object') {
+			return [el('p', { className: 'answer' },
+				'Model: ', el('strong', null, modelAnswer(q.type, q.answer)), ', confidence ', confidenceText(q.confidence), ', routed ', q.route)];
+		}
+		const secondServed = esc.route === 'auto';
+		const served = () => el('span', { className: 'served' }, ' (the client got this answer)');
+		return [
+			el('p', { className: 'answer escalation-note' }, 'Asked again: the first version\'s answer routed it to a person' +
+				(q.reason ? ' (' + q.reason + ')' : '') + ', so ', esc.model, ' was asked too; the question routed ', q.route, '. Label the question itself: the label is checked against both answers.'),
+			el('p', { className: 'answer first' + (secondServed ? '' : ' got'), dataset: { stage: '1' } },
+				'First version ', el('code', null, item.model), ': ', el('strong', null, modelAnswer(q.type, q.answer)),
+				', confidence ', confidenceText(q.confidence), secondServed ? null : served()),
+			el('p', { className: 'answer second' + (secondServed ? ' got' : ''), dataset: { stage: '2' } },
+				'Second version ', el('code', null, esc.model), ': ', el('strong', null, modelAnswer(q.type, esc.answer)),
+				', confidence ', confidenceText(esc.confidence), ', routed ', esc.route, secondServed ? served() : null),
+		];
 	}
 
 	function renderQuestions() {
@@ -277,10 +304,7 @@
 			article.addEventListener('click', () => { setActive(i); });
 			article.append(el('h3', null, el('span', { className: 'qid' }, q.id), ' ', el('span', { className: 'type' }, q.type)));
 			if (asked && asked.instructions !== undefined) article.append(el('pre', { className: 'instructions' }, text(asked.instructions)));
-			const conf = q.confidence === null || q.confidence === undefined ? 'unreadable' : Number(q.confidence).toFixed(2);
-			article.append(el('p', { className: 'answer' },
-				'Model: ', el('strong', null, modelAnswer(q)), ', confidence ', conf, ', routed ', q.route));
-			article.append(controls(q, i));
+			article.append(...answers(item, q), controls(q, i));
 			return article;
 		});
 		ui.questions.replaceChildren(...nodes);
