@@ -36,14 +36,9 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 	opts.CorrectWithin, opts.MaxQuestions, opts.AsOf = h.correctWithin(), h.maxQuestions(), h.clock()()
 	sample := calibrate.NewSample()
 	err := h.store.export(r.Context(), exportBatch, func(stored []string) error {
-		for _, text := range stored {
-			l, err := record.ParseLabel([]byte(text))
-			if err == nil {
-				err = sample.AddLabel(&l)
-			}
-			if err != nil {
-				return fmt.Errorf("stored label of %s: %v", l.Entry, err)
-			}
+		if i, err := sample.AddStored(stored); err != nil {
+			l, _ := record.ParseLabel([]byte(stored[i])) // for its entry, if it has one
+			return fmt.Errorf("stored label of %s: %v", l.Entry, err)
 		}
 		return nil
 	})
