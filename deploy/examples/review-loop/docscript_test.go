@@ -59,17 +59,46 @@ const (
 // script joins the blocks into one bash script, run in one shell as the
 // doc says, with each block preceded by its marker; after is added after
 // the block of that index (the test's port rewrite of the scratch copy).
-func script(steps []step, ports *strings.Replacer, after map[int]string) string {
+// The script notes when each block starts, and when it ends, in times:
+// a line "<block> <seconds since the epoch>" each.
+func script(steps []step, ports *strings.Replacer, after map[int]string, times string) string {
 	var b strings.Builder
 	b.WriteString("set -euo pipefail\n")
+	note := func(i int) { fmt.Fprintf(&b, "echo \"%d $EPOCHREALTIME\" >>'%s'\n", i, times) }
 	for i, s := range steps {
+		note(i)
 		fmt.Fprintf(&b, "printf '\\n%s\\n'\n%s\n", fmt.Sprintf(marker, i), ports.Replace(s.sh))
 		if a, ok := after[i]; ok {
 			b.WriteString(a + "\n")
 		}
 	}
+	note(len(steps))
 	fmt.Fprintf(&b, "printf '\\n%s\\n'\n", end)
 	return b.String()
+}
+
+// blockTimes reads the times a script noted: how long each block took,
+// as "<block>:<seconds>s", for the log.
+func blockTimes(times string) string {
+	data, err := os.ReadFile(times)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	var lastBlock string
+	var last float64
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var at float64
+		block, at0, _ := strings.Cut(l, " ")
+		if _, err := fmt.Sscan(at0, &at); err != nil {
+			return fmt.Sprintf("%q: %v", l, err)
+		}
+		if lastBlock != "" {
+			out = append(out, fmt.Sprintf("%s:%.1fs", lastBlock, at-last))
+		}
+		lastBlock, last = block, at
+	}
+	return strings.Join(out, " ")
 }
 
 // splitOutputs cuts the script's output at the markers: one output per

@@ -16,8 +16,9 @@ import (
 	"github.com/systemone/systemone-gateway/internal/pinblock"
 )
 
-// walkthroughDeadline bounds the whole run; a run takes well under a
-// minute once the build cache holds the gateway's packages.
+// walkthroughDeadline bounds the whole run; a run takes about a minute,
+// most of it the build (the link, once the build cache holds the
+// packages).
 const walkthroughDeadline = 5 * time.Minute
 
 // TestWalkthrough runs docs/walkthrough.md as a reader does: its sh blocks
@@ -50,7 +51,8 @@ func TestWalkthrough(t *testing.T) {
 
 	ports, rewrite := freePorts(t)
 	tmp := t.TempDir()
-	run := script(steps, ports, map[int]string{0: rewrite})
+	times := filepath.Join(tmp, "times")
+	run := script(steps, ports, map[int]string{0: rewrite}, times)
 	scriptFile := filepath.Join(tmp, "walkthrough.sh")
 	if err := os.WriteFile(scriptFile, []byte(run), 0o600); err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func TestWalkthrough(t *testing.T) {
 	before := gitStatus(t, root)
 	start := time.Now()
 	out := runScript(t, root, scriptFile, scratch)
-	t.Logf("walk-through run in %v", time.Since(start))
+	t.Logf("walk-through run in %v; per block: %s", time.Since(start).Round(time.Second/10), blockTimes(times))
 	outputs, done := splitOutputs(out, len(steps))
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -131,7 +133,7 @@ func TestWalkthrough(t *testing.T) {
 	}
 
 	if after := gitStatus(t, root); after != before {
-		t.Errorf("the walk-through changed the clone: git status --porcelain was\n%s\nand is\n%s", before, after)
+		t.Errorf("the walk-through changed the clone: git status --porcelain --ignored was\n%s\nand is\n%s", before, after)
 	}
 }
 
@@ -171,8 +173,14 @@ func runScript(t *testing.T, dir, file, tmp string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", file)
 	cmd.Dir = dir
-	cmd.Env = append(withoutEnv(os.Environ(), "REDIS_URL", "SYSTEMONE_API_KEY", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME"),
-		"TMPDIR="+tmp, "XDG_CONFIG_HOME="+tmp, "XDG_DATA_HOME="+tmp)
+	// Go reads its settings (go env -w) from the user's config directory:
+	// named by GOENV, they stay the reader's when Caddy's state moves.
+	goenv, err := exec.Command("go", "env", "GOENV").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(withoutEnv(os.Environ(), "REDIS_URL", "SYSTEMONE_API_KEY", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "GOENV"),
+		"TMPDIR="+tmp, "XDG_CONFIG_HOME="+tmp, "XDG_DATA_HOME="+tmp, "GOENV="+strings.TrimSpace(string(goenv)))
 	outFile := filepath.Join(filepath.Dir(file), "output.log")
 	f, err := os.Create(outFile)
 	if err != nil {
@@ -230,12 +238,13 @@ func outputOf(t *testing.T, steps []step, outputs []string, s string) string {
 	return outputs[found]
 }
 
-// gitStatus is the clone's `git status --porcelain`, or "" with a note
-// when dir is not a git work tree (a source archive): then nothing is
-// compared.
+// gitStatus is the clone's `git status --porcelain`, its untracked and
+// ignored files each named (a binary built at the root is ignored, and
+// still a trace), or "" with a note when dir is not a git work tree (a
+// source archive): then nothing is compared.
 func gitStatus(t *testing.T, dir string) string {
 	t.Helper()
-	out, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=all").Output()
+	out, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=all", "--ignored").Output()
 	if err != nil {
 		t.Logf("git status in %s: %v: the clone is not compared before and after", dir, err)
 		return ""
