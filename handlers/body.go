@@ -45,7 +45,7 @@ func readBody(r *http.Request, limit int64) (*pooledBody, error) {
 	}
 	b.limited = io.LimitedReader{R: r.Body, N: limit + 1}
 	n, err := b.buf.ReadFrom(&b.limited)
-	b.limited.R = nil // the request's, not the pool's
+	b.limited.R = nil                // the request's, not the pool's
 	var tooLarge *http.MaxBytesError // a request_body limit before this handler
 	switch {
 	case errors.As(err, &tooLarge):
