@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/systemone/systemone-gateway/internal/headerset"
 	"github.com/systemone/systemone-gateway/policy/limits/memstore"
 	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 	"github.com/systemone/systemone-gateway/policy/limits/store"
@@ -229,19 +230,21 @@ type Quota struct {
 // that is off sets neither of its headers; an unknown remaining omits that
 // header.
 func (d Decision) SetHeaders(h http.Header) {
-	// The values share one string and one slice: two allocations per
-	// answer rather than eight.
-	type field struct {
-		name string
-		end  int // of its value in digits
-	}
-	var fields [4]field
-	var buf [4 * 20]byte
-	digits, n := buf[:0], 0
-	add := func(name string, v int64) {
-		digits = strconv.AppendInt(digits, v, 10)
-		fields[n], n = field{name, len(digits)}, n+1
-	}
+	var s headerset.Set
+	d.AddHeaders(&s)
+	s.WriteTo(h)
+}
+
+// AddHeaders adds what SetHeaders sets to s, which the handler writes with
+// the response's other fields of the gateway at once.
+func (d Decision) AddHeaders(s *headerset.Set) {
+	d.AddRateLimitHeaders(s)
+	d.Budget.AddHeaders(s, 0)
+}
+
+// AddRateLimitHeaders adds the X-RateLimit-* headers of d to s (the
+// budget's aside).
+func (d Decision) AddRateLimitHeaders(s *headerset.Set) {
 	for _, b := range [2]struct {
 		limit, remaining string
 		q                Quota
@@ -249,20 +252,11 @@ func (d Decision) SetHeaders(h http.Header) {
 		if b.q.Limit == 0 {
 			continue
 		}
-		add(b.limit, b.q.Limit)
+		s.AddInt(b.limit, b.q.Limit)
 		if b.q.Remaining >= 0 {
-			add(b.remaining, b.q.Remaining)
+			s.AddInt(b.remaining, b.q.Remaining)
 		}
 	}
-	if n > 0 {
-		text, values := string(digits), make([]string, n)
-		start := 0
-		for i, f := range fields[:n] {
-			values[i], start = text[start:f.end], f.end
-			h[f.name] = values[i : i+1 : i+1]
-		}
-	}
-	d.Budget.SetHeaders(h, 0)
 }
 
 // The rate-limit headers, in the canonical form net/http writes them in
