@@ -46,7 +46,9 @@ type output struct {
 	log io.Writer
 	// requested is --model; model the concrete version, once known.
 	requested, model string
-	pending          []labelled
+	// extra are the fields every failed line gets too (--escalate's).
+	extra   *lineFields
+	pending []labelled
 	// err is the first write error; nothing is written after it.
 	err error
 }
@@ -74,7 +76,7 @@ func (o *output) failed(e labelled) {
 		o.flush(o.requested)
 		return
 	}
-	o.write(failedLines(e, o.model))
+	o.write(failedLines(e, o.model, o.extra))
 }
 
 // flush sets the version failed entries are written under, if not yet
@@ -84,7 +86,7 @@ func (o *output) flush(model string) {
 		o.model = model
 	}
 	for _, e := range o.pending {
-		o.write(failedLines(e, o.model))
+		o.write(failedLines(e, o.model, o.extra))
 	}
 	o.pending = nil
 }
@@ -99,8 +101,8 @@ func (o *output) write(lines [][]byte) {
 
 // failedLines are a failed entry's lines as `calibrate` is to read them:
 // each labelled question a disagreement of model at confidence 1, route
-// RouteReplayFailed, every other field as it was.
-func failedLines(e labelled, model string) [][]byte {
+// RouteReplayFailed, with extra's fields, every other field as it was.
+func failedLines(e labelled, model string, extra *lineFields) [][]byte {
 	set := make(map[string]json.RawMessage, len(failedValues)+1)
 	for k, v := range failedValues {
 		set[k] = v
@@ -108,7 +110,7 @@ func failedLines(e labelled, model string) [][]byte {
 	set["model"], _ = json.Marshal(model)
 	lines := make([][]byte, 0, len(e.lines))
 	for _, l := range e.lines {
-		out, err := rewriteLine(l.raw, failedFields, set)
+		out, err := extra.rewrite(l.raw, failedFields, set)
 		if err != nil {
 			continue // ParseLabel read it as an object: unreachable
 		}
