@@ -21,11 +21,12 @@ const (
 )
 
 // escalatingUpstream answers noul questions by their id's prefix and the
-// version asked (no model: the first): "sure" yes at 0.9375 from either
-// (confidence 0.875); "esc" no at 0.25 from the first version (confidence
-// 0.5), yes at 0.875 from the second (0.75); "hard" no at 0.25 from the
-// first, yes at 0.625 from the second (0.25). Binary fractions, so that
-// the confidences print exactly.
+// version asked (no model: the first; any other version answers as the
+// second): "sure" yes at 0.9375 from either (confidence 0.875); "esc" no
+// at 0.25 from the first version (confidence 0.5), yes at 0.875 from the
+// others (0.75); "hard" no at 0.25 from the first, yes at 0.625 from the
+// others (0.25). Binary fractions, so that the confidences print exactly.
+// A "pick" question is a choice, answered "yes" at confidence 0.5.
 func escalatingUpstream(t *testing.T) *gatewaytest.Upstream {
 	return gatewaytest.NewUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -37,8 +38,8 @@ func escalatingUpstream(t *testing.T) *gatewaytest.Upstream {
 			return
 		}
 		version := firstVersion
-		if req.Model == secondVersion {
-			version = secondVersion
+		if req.Model != "" {
+			version = req.Model
 		}
 		answers := map[string]any{}
 		for id := range req.Questions {
@@ -52,6 +53,9 @@ func escalatingUpstream(t *testing.T) *gatewaytest.Upstream {
 				p = 0.625
 			}
 			answers[id] = map[string]any{"type": "noul", "noul": p}
+			if strings.HasPrefix(id, "pick") {
+				answers[id] = map[string]any{"type": "choice", "choice": "yes", "probabilities": map[string]float64{"yes": 0.75, "no": 0.25}, "confidence": 0.5}
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req-%s-%p", version, r))
@@ -65,12 +69,14 @@ func escalatingUpstream(t *testing.T) *gatewaytest.Upstream {
 // once (settle and correct_within 0s), on one Redis.
 type escalationStack struct {
 	monitorStack
+	upstream *gatewaytest.Upstream
 }
 
 func newEscalationStack(t *testing.T) *escalationStack {
 	t.Helper()
 	rs := redistest.Start(t)
-	up := escalatingUpstream(t)
+	s := &escalationStack{upstream: escalatingUpstream(t)}
+	up := s.upstream
 	port, metricsPort := gatewaytest.FreePort(t), gatewaytest.FreePort(t)
 	gatewaytest.Load(t, fmt.Sprintf(`:%[1]d {
 	handle_path /review/* {
@@ -106,19 +112,24 @@ func newEscalationStack(t *testing.T) *escalationStack {
 `, port, rs.URL(), stream, up.Addr(), metricsPort, firstVersion, secondVersion))
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	return &escalationStack{monitorStack{
+	s.monitorStack = monitorStack{
 		url:     fmt.Sprintf("http://127.0.0.1:%d", port),
 		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
 		rdb:     rdb,
-	}}
+	}
+	return s
 }
 
-// ask sends noul questions with the given ids and returns the response.
+// askIDs sends noul questions with the given ids (a choice of yes or no
+// for an id starting with "pick") and returns the response.
 func (s *escalationStack) askIDs(t *testing.T, ids ...string) *http.Response {
 	t.Helper()
 	qs := make([]string, len(ids))
 	for i, id := range ids {
 		qs[i] = fmt.Sprintf(`%q:{"type":"noul","instructions":"Was it late?"}`, id)
+		if strings.HasPrefix(id, "pick") {
+			qs[i] = fmt.Sprintf(`%q:{"type":"choice","instructions":"Whose fault?","criteria":{"yes":null,"no":null}}`, id)
+		}
 	}
 	req := mustRequest(t, http.MethodPost, s.url+"/v1/systemone", `{"state":"the parcel came a day late","questions":{`+strings.Join(qs, ",")+`}}`)
 	req.Header.Set("Authorization", "Bearer escalation-test-key")
