@@ -73,7 +73,7 @@ func (g groupView) expectedUniform(m tally, target, delta float64) (int, bool) {
 	}
 
 	counts := make([]int, 0, expectations)
-	passes := map[[2]int]bool{} // LowerBound(k, n) >= target, by (k, n): futures meet the same counts
+	passes := boundPasses{}
 	n, k := make([]int, len(confs)), make([]int, len(confs))
 	never := 0
 	for range expectations {
@@ -112,20 +112,28 @@ func (g groupView) expectedUniform(m tally, target, delta float64) (int, bool) {
 // firstCandidatePasses reports whether the uniform walk over lines counted
 // by confidence (n and k at each, highest first) finds a threshold: its
 // first tested candidate, the highest with nmin lines at or above it,
-// has a lower bound at or above the target. passes remembers the bounds
-// already computed.
-func firstCandidatePasses(n, k []int, target, delta float64, nmin int, passes map[[2]int]bool) bool {
+// has a lower bound at or above the target.
+func firstCandidatePasses(n, k []int, target, delta float64, nmin int, passes boundPasses) bool {
 	nt, kt := 0, 0
 	for i := range n {
 		nt, kt = nt+n[i], kt+k[i]
 		if nt >= nmin {
-			ok, seen := passes[[2]int{kt, nt}]
-			if !seen {
-				ok = LowerBound(kt, nt, delta) >= target
-				passes[[2]int{kt, nt}] = ok
-			}
-			return ok
+			return passes.at(kt, nt, target, delta)
 		}
 	}
 	return false
+}
+
+// boundPasses remembers, by (k, n), whether LowerBound(k, n, delta)
+// reaches the target: the futures of one group meet the same counts again
+// and again.
+type boundPasses map[[2]int]bool
+
+func (m boundPasses) at(k, n int, target, delta float64) bool {
+	ok, seen := m[[2]int{k, n}]
+	if !seen {
+		ok = LowerBound(k, n, delta) >= target
+		m[[2]int{k, n}] = ok
+	}
+	return ok
 }
