@@ -27,13 +27,15 @@ func (s *store) takenByMonitor(ctx context.Context, id string) (bool, error) {
 // the entry was taken at (monitor.Correct: alpha holds whatever the
 // corrections), so that a failure found late is still seen. It returns
 // how many groups moved.
-func (h *Handler) correctMonitor(ctx context.Context, id record.ID, lines []record.Label) (int, error) {
+func (h *Handler) correctMonitor(ctx context.Context, id record.ID, lines []questionLines) (int, error) {
 	if h.monitor == nil {
 		return 0, nil
 	}
 	var labels []monitor.LateLabel
-	for _, l := range lines {
-		if l.Audit && l.Route == record.RouteAuto && !l.Agree {
+	for _, ql := range lines {
+		// The answer the client got routed auto is the one observed: the
+		// second version's for an escalated question.
+		if l := ql.observed(); l != nil && !l.Agree {
 			labels = append(labels, monitor.LateLabel{Question: l.Question, Agree: false})
 		}
 	}

@@ -180,18 +180,20 @@ func parsePlan(raw []byte) (record.Plan, errorList) {
 func labellingField(model, typ string) string { return model + "\x1f" + typ }
 
 // noteLabelling records, for each (model, type) of the audited labels
-// just stored, when its first label was: from then on no plan of it is
-// taken.
-func (s *store) noteLabelling(ctx context.Context, lines []record.Label) error {
+// just stored (an escalated question's second answer's too), when its
+// first label was: from then on no plan of it is taken.
+func (s *store) noteLabelling(ctx context.Context, lines []questionLines) error {
 	seen := map[string]bool{}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, l := range lines {
-			f := labellingField(l.Model, l.Type)
-			if l.Audit && !seen[f] {
-				seen[f] = true
-				p.HSetNX(ctx, s.labellingKey(), f, l.TS)
+		for _, ql := range lines {
+			for _, l := range ql {
+				f := labellingField(l.Model, l.Type)
+				if l.Audit && !seen[f] {
+					seen[f] = true
+					p.HSetNX(ctx, s.labellingKey(), f, l.TS)
+				}
 			}
 		}
 		return nil

@@ -16,7 +16,7 @@ import (
 
 // runSubcommand runs one of the binary's subcommands whole, and returns
 // its standard output and error, and its error.
-func runSubcommand(t *testing.T, name string, args ...string) (stdout, stderr string, err error) {
+func runSubcommand(t testing.TB, name string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	c, ok := caddycmd.Commands()[name]
 	if !ok {

@@ -13,7 +13,7 @@ import (
 
 // calibrateJSON runs `systemone-gateway calibrate ... --json <labels URL>`
 // as Caddy's CLI sets it up, and returns what it prints.
-func calibrateJSON(t *testing.T, args ...string) string {
+func calibrateJSON(t testing.TB, args ...string) string {
 	t.Helper()
 	out, stderr, err := runSubcommand(t, "calibrate", args...)
 	if err != nil {

@@ -111,6 +111,9 @@ type Line struct {
 	// Pass is true for a line of an entry a reviewer passed: complete, and
 	// a disagreement (Agree is false).
 	Pass bool
+	// Auto is true when the gateway routed the question auto (`route`
+	// "auto"): where the threshold in force shows (Group.InForce).
+	Auto bool
 }
 
 // Options are the calibration's parameters. DefaultOptions gives the
@@ -139,6 +142,9 @@ type Options struct {
 	CorrectWithin time.Duration
 	// AsOf is the time of the look; the zero time is now.
 	AsOf time.Time
+	// Since keeps only the entries from this id on (ParseSince reads an id
+	// or a time); not Set, the default, keeps every entry.
+	Since EntryID
 	// MaxQuestions is the most questions of one group an entry may hold:
 	// each entry's evidence is weighed against it, so that the guarantee
 	// is per answer whatever the entries' sizes, and an entry above it is
@@ -238,6 +244,8 @@ type Result struct {
 	// Notes explain decisions the method's text leaves open, for a person
 	// to read (for example a question id kept in its type groups).
 	Notes []string
+	// Since is Options.Since: the entries counted start there.
+	Since EntryID
 }
 
 // Group is the outcome for one (model, type), (model, type, question) or
@@ -334,6 +342,13 @@ type Group struct {
 	// HasLateCorrections is false from a file, which cannot tell.
 	LateCorrections    int
 	HasLateCorrections bool
+
+	// Bins are the group's labelled audited questions per confidence bin,
+	// empty bins left out: the reliability diagram (bins.go).
+	Bins []Bin
+	// InForce is the threshold in force as the routes of the group's
+	// answers show it, nil when none of them was routed auto.
+	InForce *InForce
 }
 
 // Calibrate computes a threshold for each group of lines. It fails only on

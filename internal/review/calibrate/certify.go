@@ -56,7 +56,7 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		Entries: g.Entries, Lines: g.N, Agree: g.Agree, Evidence: g.Evidence,
 		LabelsSHA256: sum, LabelsUntil: until,
 		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
-		MaxQuestions: opts.maxQuestions(), Family: opts.Family,
+		MaxQuestions: opts.maxQuestions(), Since: opts.Since.String(), Family: opts.Family,
 		PlanEntries: g.PlanEntries, PlanCreated: g.PlanCreated,
 	}
 	if g.HasThreshold {
@@ -130,6 +130,11 @@ func VerifyPlanned(certs []certificate.Certificate, raw [][]byte, plans *PlanSet
 		// recorded is recomputed at its labels_until with no window.
 		opts.AsOf, _ = time.Parse(time.RFC3339Nano, c.AsOf)
 		opts.CorrectWithin, _ = time.ParseDuration(c.CorrectWithin)
+		if c.Since != "" {
+			// An id that does not read leaves every entry in: the
+			// recomputation differs, and verify says so.
+			opts.Since, _ = ParseSince(c.Since)
+		}
 		if c.AsOf == "" {
 			opts.AsOf = time.Unix(0, untilNanos(c.LabelsUntil))
 		}

@@ -71,6 +71,10 @@ type Certificate struct {
 	AsOf          string `json:"as_of,omitempty"`
 	CorrectWithin string `json:"correct_within,omitempty"`
 	MaxQuestions  int    `json:"max_questions,omitempty"`
+	// Since is the first entry id the evidence was taken from (`calibrate
+	// --since`), so that verify leaves out the same entries; absent when
+	// every entry counted.
+	Since string `json:"since,omitempty"`
 	// Family is true for a threshold of `calibrate --family`: delta
 	// bounds the chance that any threshold of the calibration is wrong,
 	// the group walked at its share of it.

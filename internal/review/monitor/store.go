@@ -114,34 +114,13 @@ func anys(ss []string) []any {
 // restored after Redis lost its data) as fresh and in alarm. A state that
 // does not read is left out (it was not written by this version).
 func (s *Store) Groups(ctx context.Context, p Params) (map[Group]State, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var all *redis.MapStringStringCmd
-	var alarms *redis.StringSliceCmd
-	if _, err := s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		keys := s.Keys()
-		all = pipe.HGetAll(ctx, keys[0])
-		alarms = pipe.SMembers(ctx, keys[1])
-		return nil
-	}); err != nil {
+	listed, err := s.List(ctx, p)
+	if err != nil {
 		return nil, err
 	}
-	out := make(map[Group]State, len(all.Val()))
-	for m, v := range all.Val() {
-		g, ok := ParseMember(m)
-		st, err := Decode(v)
-		if ok && err == nil {
-			out[g] = st.At(p)
-		}
-	}
-	for _, m := range alarms.Val() {
-		if g, ok := ParseMember(m); ok {
-			if _, has := out[g]; !has {
-				st := Fresh(p.Target)
-				st.Alarm = true
-				out[g] = st
-			}
-		}
+	out := make(map[Group]State, len(listed))
+	for g, l := range listed {
+		out[g] = l.State
 	}
 	return out, nil
 }

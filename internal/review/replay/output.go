@@ -46,7 +46,9 @@ type output struct {
 	log io.Writer
 	// requested is --model; model the concrete version, once known.
 	requested, model string
-	held             []heldEntry
+	// extra are the fields every line written gets too (--escalate's).
+	extra *lineFields
+	held  []heldEntry
 	// err is the first write error; nothing is written after it.
 	err error
 }
@@ -102,9 +104,9 @@ func (o *output) flush(model string) {
 
 func (o *output) writeHeld(h heldEntry) {
 	if h.failed {
-		o.write(failedLines(h.e, o.model))
+		o.write(failedLines(h.e, o.model, o.extra))
 	}
-	o.write(carriedLines(h.e, o.model))
+	o.write(carriedLines(h.e, o.model, o.extra))
 }
 
 func (o *output) write(lines [][]byte) {
@@ -117,8 +119,8 @@ func (o *output) write(lines [][]byte) {
 
 // failedLines are a failed entry's lines as `calibrate` is to read them:
 // each labelled question a disagreement of model at confidence 1, route
-// RouteReplayFailed, every other field as it was.
-func failedLines(e labelled, model string) [][]byte {
+// RouteReplayFailed, with extra's fields, every other field as it was.
+func failedLines(e labelled, model string, extra *lineFields) [][]byte {
 	set := make(map[string]json.RawMessage, len(failedValues)+1)
 	for k, v := range failedValues {
 		set[k] = v
@@ -126,7 +128,7 @@ func failedLines(e labelled, model string) [][]byte {
 	set["model"], _ = json.Marshal(model)
 	lines := make([][]byte, 0, len(e.lines))
 	for _, l := range e.lines {
-		out, err := rewriteLine(l.raw, failedFields, set)
+		out, err := extra.rewrite(l.raw, failedFields, set)
 		if err != nil {
 			continue // ParseLabel read it as an object: unreachable
 		}
@@ -154,8 +156,8 @@ var carriedFields = []string{"model", "confidence", "answer", "route"}
 // labelled yet keeps its entry, and every later one, out of the replayed
 // version's complete prefix until it is labelled, as it does the
 // original version's; a passed entry's questions count against every
-// threshold (passValues).
-func carriedLines(e labelled, model string) [][]byte {
+// threshold (passValues). extra's fields are set too.
+func carriedLines(e labelled, model string, extra *lineFields) [][]byte {
 	version, _ := json.Marshal(model)
 	lines := make([][]byte, 0, len(e.carried))
 	for _, l := range e.carried {
@@ -167,7 +169,7 @@ func carriedLines(e labelled, model string) [][]byte {
 			}
 			fields = carriedFields
 		}
-		out, err := rewriteLine(l.raw, fields, set)
+		out, err := extra.rewrite(l.raw, fields, set)
 		if err != nil {
 			continue // ParseLabel read it as an object: unreachable
 		}

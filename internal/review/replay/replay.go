@@ -103,6 +103,15 @@ type Options struct {
 	// Progress, when set, is called with the counts so far after each
 	// entry is written, from one goroutine.
 	Progress func(Summary)
+	// Escalate, when set, is the first version of an `escalate` block to
+	// calibrate, Model its second: of each entry answered by Escalate,
+	// only the labelled questions its answer routed human for low
+	// confidence are asked of Model (one call per entry, those questions
+	// only), and their lines are written as an escalated question's
+	// second answer's (stage 2, escalated_from Escalate). Entries with no
+	// such question are not asked (nor counted). "" replays every
+	// labelled question.
+	Escalate string
 }
 
 // Summary counts a replay's entries.
@@ -145,6 +154,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Limit < 0 {
 		return fmt.Errorf("--limit %d is negative", o.Limit)
+	}
+	if o.Escalate != "" && strings.TrimSpace(o.Escalate) == strings.TrimSpace(o.Model) {
+		return fmt.Errorf("--escalate %s is --model: --escalate names the first version, whose unsure answers --model is asked again", o.Escalate)
 	}
 	if o.Concurrency < 0 {
 		return fmt.Errorf("--concurrency %d is negative", o.Concurrency)
@@ -206,6 +218,9 @@ type line struct {
 	typ      string
 	label    json.RawMessage
 	pass     bool // a line of a passed entry (carried)
+	// model, stage and route, for --escalate's choice of lines.
+	model, route string
+	stage        int
 }
 
 // job is one entry on its way through Run: read, replayed by a worker,
@@ -245,7 +260,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 		return Summary{}, err
 	}
 	defer labels.Close()
-	r := &replayer{opts: opts, review: review, client: client.NoRedirect(opts.Client), endpoint: upstream.String()}
+	r := &replayer{opts: opts, review: review, client: client.NoRedirect(opts.Client), endpoint: upstream.String(), extra: escalationFields(opts.Escalate)}
 	// inOrder holds the entries read and not yet written, in /labels
 	// order; its bound is what keeps memory flat.
 	inOrder := make(chan *job, opts.Concurrency)
@@ -264,6 +279,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 		defer close(work)
 		taken := 0
 		readErr = readLabels(labels, "GET "+review.Redacted("labels"), func(e labelled) bool {
+			if opts.Escalate != "" {
+				if e = escalationCandidates(e, opts.Escalate); len(e.lines) == 0 && len(e.carried) == 0 && !e.tooLarge {
+					return true // nothing of the first version's to ask again
+				}
+			} else {
+				e = firstStage(e)
+			}
 			j := &job{entry: e, done: make(chan result, 1)}
 			select {
 			case inOrder <- j:
@@ -286,7 +308,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	}()
 
 	var sum Summary
-	w := &output{out: out, log: opts.Log, requested: opts.Model}
+	w := &output{out: out, log: opts.Log, requested: opts.Model, extra: r.extra}
 	for j := range inOrder {
 		res := <-j.done
 		switch {
@@ -296,11 +318,18 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 			}
 		case res.skipped:
 			sum.Skipped++
+		case res.none:
+			// The stored entry holds no question of the first version's
+			// to ask again: not part of the escalation's sample.
 		case res.err != nil:
 			sum.Failed++
 			fmt.Fprintf(opts.Log, "entry %s: %v\n", j.entry.entry, res.err)
 			if !opts.DryRun {
-				w.hold(j.entry, true)
+				if res.asked != nil {
+					w.hold(*res.asked, true)
+				} else {
+					w.hold(j.entry, true)
+				}
 			}
 		default:
 			sum.Replayed++
@@ -333,8 +362,14 @@ type result struct {
 	// lines; it is not replayed.
 	carriedOnly bool
 	skipped     bool
-	err         error
-	tokens      int64
+	// none: with --escalate, the entry's stored questions hold none its
+	// first version routed human for low confidence.
+	none bool
+	err  error
+	// asked, with --escalate, is the entry with the lines of the
+	// questions asked again only, once known: a failure writes those.
+	asked  *labelled
+	tokens int64
 	// model is the concrete version that answered; empty in a dry run.
 	model string
 	lines [][]byte
@@ -346,6 +381,9 @@ type replayer struct {
 	// client is opts.Client, following no redirect.
 	client   *http.Client
 	endpoint string
+	// extra are the fields every line written gets beside the new
+	// answer's: --escalate's stage and escalated_from; nil without.
+	extra *lineFields
 }
 
 // replay sends one entry's stored request and rewrites its lines.
@@ -353,27 +391,37 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 	if e.tooLarge {
 		return result{err: fmt.Errorf("its /labels lines exceed %d bytes", maxEntryBytes)}
 	}
-	request, found, err := storedRequest(ctx, r.review, e.entry)
+	item, found, err := storedItem(ctx, r.review, e.entry)
 	switch {
 	case err != nil:
 		return result{err: err}
 	case !found:
 		return result{skipped: true}
 	}
-	body, err := setModel(request, r.opts.Model)
+	var body []byte
+	var asked *labelled
+	if r.opts.Escalate != "" {
+		if e = item.escalated(e); len(e.lines) == 0 {
+			return result{none: true}
+		}
+		asked = &e
+		body, err = askAgain(item.request, e, r.opts.Model)
+	} else {
+		body, err = setModel(item.request, r.opts.Model)
+	}
 	if err != nil {
-		return result{err: err}
+		return result{err: err, asked: asked}
 	}
 	if r.opts.DryRun {
 		return estimate(e, body)
 	}
 	text, requestID, err := r.send(ctx, body)
 	if err != nil {
-		return result{err: err}
+		return result{err: err, asked: asked}
 	}
 	resp, err := evaluation.ParseResponse(text)
 	if err != nil || resp.Model == "" {
-		return result{err: errors.New("the 200 answer is not an evaluation response")}
+		return result{err: errors.New("the 200 answer is not an evaluation response"), asked: asked}
 	}
 
 	res := result{tokens: resp.InputTokens, model: resp.Model, lines: make([][]byte, len(e.lines))}
@@ -402,12 +450,12 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 		if record.Agree(l.typ, l.label, answer) {
 			agree = json.RawMessage("true")
 		}
-		out, err := rewriteLine(l.raw, rewritten, map[string]json.RawMessage{
+		out, err := r.extra.rewrite(l.raw, rewritten, map[string]json.RawMessage{
 			"model": model, "confidence": confidence, "answer": answer, "agree": agree,
 			"route": json.RawMessage(`"replay"`), "request_id": rid,
 		})
 		if err != nil {
-			return result{err: fmt.Errorf("rewriting a line: %v", err)}
+			return result{err: fmt.Errorf("rewriting a line: %v", err), asked: asked}
 		}
 		res.lines[i] = out
 	}

@@ -14,6 +14,13 @@ local function guarantee_fields(state)
   for w in string.gmatch(state, '%S+') do f[#f + 1] = w end
   return tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), tonumber(f[7]), tonumber(f[8]), f[9]
 end
+-- The first millisecond after now on Redis's clock (Unix ms): the clock
+-- of the stream's entry ids, so that the ids at or after an alarm's
+-- raised_at are exactly entries queued after it.
+local function guarantee_clock()
+  local t = redis.call('TIME')
+  return string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + 1)
+end
 local function guarantee_next_sequence(seq)
   if seq + 1 > 1000 then return 1000 end
   return seq + 1
@@ -138,6 +145,7 @@ local function guarantee_take(K, now, limit, target, alpha, max_bet, gain, windo
         local r = '0'
         if raised then
           redis.call('SADD', K[2], member)
+          redis.call('HSET', K[1] .. ':raised_at', member, guarantee_clock())
           r = '1'
         end
         out[#out + 1] = member
@@ -212,5 +220,7 @@ local function guarantee_reset(K, member, target, token)
   redis.call('HSET', K[1], member, state)
   redis.call('SREM', K[2], member)
   redis.call('HSET', K[3], member, token)
+  redis.call('HDEL', K[1] .. ':raised_at', member)
+  redis.call('HSET', K[1] .. ':reset_at', member, guarantee_clock())
   return state
 end
