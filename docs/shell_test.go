@@ -216,7 +216,7 @@ func runnable(c string) bool {
 // by a test beside the code they document, named here; their Caddyfiles
 // are still adapted and their links checked by this package.
 var ownShellTests = map[string]string{
-	"docs/calibration.md":  "handlers/replay_loop_e2e_test.go (TestReplayLoop)",
+	"docs/calibration.md":  "handlers/replay_loop_e2e_test.go (TestReplayLoop); its ```sh plan blocks: internal/review/api/plans_e2e_test.go (TestDocsPlan)",
 	"docs/active-audit.md": "internal/review/calibrate/docs_test.go",
 	"docs/monitor.md":      "internal/review/api/monitor_docs_test.go (TestMonitorDocs) and monitor_response_docs_test.go (TestMonitorResponseDocs)",
 	"docs/review.md":       "internal/review/api/docs_test.go (TestDocsReview); bench/reviewload is a load test",

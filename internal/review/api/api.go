@@ -281,6 +281,10 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		h.storeFailed(w, "put", err)
 		return
 	}
+	if err := h.store.noteLabelling(r.Context(), lines); err != nil { // from now on, no plan of its group (plans.go)
+		h.storeFailed(w, "put", err)
+		return
+	}
 	for _, ql := range lines {
 		// One label, counted once: against the first answer.
 		if first := ql[0]; !first.Pass {

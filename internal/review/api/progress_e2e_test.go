@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	caddycmd "github.com/caddyserver/caddy/v2/cmd"
-	"github.com/spf13/cobra"
-
 	"github.com/systemone/systemone-gateway/internal/review/calibrate" // also registers the calibrate command
 )
 
@@ -18,20 +15,11 @@ import (
 // as Caddy's CLI sets it up, and returns what it prints.
 func calibrateJSON(t testing.TB, args ...string) string {
 	t.Helper()
-	c, ok := caddycmd.Commands()["calibrate"]
-	if !ok {
-		t.Fatal("no calibrate command")
+	out, stderr, err := runSubcommand(t, "calibrate", args...)
+	if err != nil {
+		t.Fatalf("calibrate %v: %v\n%s", args, err, stderr)
 	}
-	cmd := &cobra.Command{Use: c.Name, SilenceUsage: true, SilenceErrors: true}
-	c.CobraFunc(cmd)
-	var out, errb bytes.Buffer
-	cmd.SetArgs(args)
-	cmd.SetOut(&out)
-	cmd.SetErr(&errb)
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("calibrate %v: %v\n%s", args, err, errb.String())
-	}
-	return out.String()
+	return out
 }
 
 // labelAudited writes n entries with one question each and labels them:

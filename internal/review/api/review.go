@@ -214,6 +214,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		if allow(w, r, http.MethodGet) {
 			h.serveProgress(w, r)
 		}
+	case p == "/plans":
+		h.servePlans(w, r)
 	case p == "/guarantee" || strings.HasPrefix(p, "/guarantee/"):
 		h.serveGuarantee(w, r)
 	case strings.HasPrefix(p, "/items/"):

@@ -151,6 +151,10 @@ type Options struct {
 	// refused as evidence and counted (Group.Refused). 0 is
 	// DefaultMaxQuestions.
 	MaxQuestions int
+	// Plans fixes, with MethodUniform, each group's one look: exactly
+	// its plan's entries, no threshold without one (plan.go). nil: no
+	// plans (the one look is the operator's to fix; no certificates).
+	Plans *PlanSet
 	// Family holds the guarantee for all the groups together: the chance
 	// that any threshold reported is wrong is at most Delta, each group
 	// walked at its share (family.go). Default off: each group's chance
@@ -329,6 +333,10 @@ type Group struct {
 	// Refused counts the entries of the prefix with more of the group's
 	// questions than MaxQuestions: refused as evidence.
 	Refused int
+	// PlanEntries and PlanCreated are the plan a uniform group's look was
+	// fixed by (Options.Plans): its entries and when it was stored.
+	PlanEntries int
+	PlanCreated string
 	// LateCorrections counts the labels corrected after their entry was
 	// taken as evidence: the review API's count (GET /progress);
 	// HasLateCorrections is false from a file, which cannot tell.

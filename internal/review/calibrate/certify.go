@@ -21,6 +21,9 @@ func Certify(res *Result, opts Options, raw [][]byte, created time.Time) ([]cert
 		if !g.HasThreshold {
 			continue
 		}
+		if res.Method == MethodUniform && g.PlanEntries == 0 && !allowUnplannedUniform {
+			return nil, ErrUniformUnplanned
+		}
 		c, err := certificateOf(*g, *res, opts, raw)
 		if err != nil {
 			return nil, err
@@ -54,6 +57,7 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		LabelsSHA256: sum, LabelsUntil: until,
 		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
 		MaxQuestions: opts.maxQuestions(), Since: opts.Since.String(), Family: opts.Family,
+		PlanEntries: g.PlanEntries, PlanCreated: g.PlanCreated,
 	}
 	if g.HasThreshold {
 		c.Threshold = g.Threshold
@@ -101,12 +105,24 @@ func (v Verification) String() string {
 // min_labels after one group's newest label still has its own group, as
 // it had when the certificates were written.
 func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, error) {
+	return VerifyPlanned(certs, raw, nil)
+}
+
+// VerifyPlanned is Verify with the review API's plans: a uniform
+// certificate is recomputed under its plan, and checked against it (in
+// plans as the certificate says, stored before the first label of its
+// model and type in raw); without plans, or without a plan of its own,
+// a uniform certificate is a mismatch.
+func VerifyPlanned(certs []certificate.Certificate, raw [][]byte, plans *PlanSet) ([]Verification, error) {
 	type run struct {
 		created string
 		opts    Options
 	}
 	runOf := func(c certificate.Certificate) run {
 		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions, Family: c.Family}
+		if c.Method == MethodUniform {
+			opts.Plans = plans
+		}
 		if c.MaxQuestions == 0 {
 			opts.MaxQuestions = DefaultMaxQuestions
 		}
@@ -133,9 +149,22 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 	}
 	results := map[run]Result{}
 	kept := map[run][][]byte{}
+	var firstLabel map[[2]string]time.Time
+	if slices.ContainsFunc(certs, func(c certificate.Certificate) bool { return c.Method == MethodUniform }) {
+		var err error
+		if firstLabel, err = firstLabels(raw); err != nil {
+			return nil, err
+		}
+	}
 	var out []Verification
 	for _, c := range certs {
 		r := runOf(c)
+		if c.Method == MethodUniform {
+			if d := checkPlan(certWithPlan{c.Model, c.Type, c.Question, c.Org, c.PlanEntries, c.PlanCreated}, plans, firstLabel); len(d) > 0 {
+				out = append(out, Verification{ID: c.ID, Differences: d})
+				continue
+			}
+		}
 		res, ok := results[r]
 		if !ok {
 			if err := r.opts.Validate(); err != nil {
@@ -191,4 +220,24 @@ func untilNanos(until string) int64 {
 		return -1
 	}
 	return t.UnixNano()
+}
+
+// firstLabels is the earliest `ts` of the audited labelled lines of each
+// (model, type) in raw: when its labelling began, as the export shows it.
+func firstLabels(raw [][]byte) (map[[2]string]time.Time, error) {
+	out := map[[2]string]time.Time{}
+	for i, text := range raw {
+		l, err := parseLine(text)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", i+1, err)
+		}
+		if !l.Audit || l.Pending || l.Labelled == 0 {
+			continue
+		}
+		k, at := [2]string{l.Model, l.Type}, time.Unix(0, l.Labelled)
+		if first, ok := out[k]; !ok || at.Before(first) {
+			out[k] = at
+		}
+	}
+	return out, nil
 }

@@ -21,7 +21,7 @@ import (
 func Commands(check ConfigCheck) []caddycmd.Command {
 	return []caddycmd.Command{{
 		Name:  "calibrate",
-		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--family] [--correct-within <duration>] [--max-questions <n>] [--since <time|entry id>] [--as-of <time>] [--certificates <file>] [--json] <labels>",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--family] [--correct-within <duration>] [--max-questions <n>] [--since <time|entry id>] [--as-of <time>] [--certificates <file>] [--plan <plans>] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
 		Long: `
 Computes, for each model version and question type (and, with --by
@@ -40,7 +40,10 @@ weighted is the same for the labels of the active audit (audit active),
 each entry weighed by 1/audit_p. --method uniform counts each question
 as an observation with Clopper-Pearson bounds: valid only for one run at
 a number of labels fixed in advance, not for running again as labels
-come in.
+come in. Its certificates need --plan: the review API's /plans (its URL,
+or a file of its answer), where the one look of each group was planned
+before labelling began; each group's look then takes exactly its plan's
+entries.
 
 <labels> is a file of the review API's /labels lines, - for standard
 input, or the http(s) URL of a /labels endpoint; user info in the URL
@@ -96,7 +99,7 @@ Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime,
 		CobraFunc: setUp,
 	}, {
 		Name:  "verify",
-		Usage: "--certificates <file> [--config <Caddyfile>] [<labels>]",
+		Usage: "--certificates <file> [--config <Caddyfile>] [--plan <plans>] [<labels>]",
 		Short: "Checks calibrate's certificates against the review API's labels",
 		Long: `
 Recomputes each certificate of --certificates (written by calibrate
@@ -107,6 +110,12 @@ changed, threshold, counts, evidence), and exits with status 1 when any
 differs. <labels> is read as calibrate reads it: a file, - for standard
 input, or the http(s) URL of a /labels endpoint. An organization can check
 its own groups' certificates from its own lines.
+
+A uniform certificate is valid only for the one look its plan fixed: it
+is checked against --plan (the review API's /plans, a URL or a file of
+its answer; by default the /plans beside a /labels URL), and is a
+mismatch without a plan, with a plan that /plans does not hold as the
+certificate says, or one stored after its model and type's first label.
 
 --config <Caddyfile> compares the cert ids of the Caddyfile's systemone
 route blocks with the certificates file: each must be a certificate of
@@ -135,6 +144,7 @@ func setUp(cmd *cobra.Command) {
 	fl.String("certificates", "", "write a certificate per threshold to this file, and its id on the threshold's line")
 	fl.String("method", defaults.Method, `"anytime" (valid however often you look), "weighted" for the labels of the active audit, or "uniform" (one look only)`)
 	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
+	fl.String("plan", "", "with --method uniform: the review API's /plans (a URL, or a file of its answer), each group's one look fixed before labelling began; needed for its certificates")
 	fl.Bool("family", false, "hold the guarantee for all the groups together: the chance that any threshold is wrong is at most --delta")
 	fl.Duration("correct-within", defaults.CorrectWithin, "the correction window: an entry is evidence once all its audited questions are labelled (or it is passed) and its newest label is this old; 0s takes labels as final at once")
 	fl.String("as-of", "", "the time of the look, RFC 3339 (default now): recomputes a past look")
@@ -183,15 +193,24 @@ func run(cmd *cobra.Command, args []string) error {
 	}
 	asJSON, _ := fl.GetBool("json")
 	certFile, _ := fl.GetString("certificates")
+	plan, _ := fl.GetString("plan")
 	if err = opts.Validate(); err != nil {
 		// Before any fetching: a typo should not cost a download. A usage
 		// error exits with status 2, as command-line tools do.
+		return cli.Usage(err)
+	}
+	if err := planUsage(opts.Method, certFile, plan); err != nil {
 		return cli.Usage(err)
 	}
 
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background() // a command executed without one
+	}
+	if plan != "" {
+		if opts.Plans, err = LoadPlans(ctx, plan); err != nil {
+			return err
+		}
 	}
 	var lines *Sample
 	var raw [][]byte
@@ -262,6 +281,7 @@ func writeCertificates(path string, res *Result, opts Options, raw [][]byte) err
 func setUpVerify(cmd *cobra.Command, check ConfigCheck) {
 	cmd.Flags().String("certificates", "", "the certificates file calibrate --certificates wrote (required)")
 	cmd.Flags().String("config", "", "a Caddyfile whose route blocks' cert ids to compare with the certificates")
+	cmd.Flags().String("plan", "", "the review API's /plans (a URL, or a file of its answer) that uniform certificates are checked against; default the /plans beside a /labels URL")
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
 		config, _ := cmd.Flags().GetString("config")
 		if len(args) > 1 || len(args) == 0 && config == "" {
@@ -298,7 +318,12 @@ func runVerify(cmd *cobra.Command, args []string, check ConfigCheck) error {
 		if err != nil {
 			return err
 		}
-		if found, err = Verify(certs, raw); err != nil {
+		planSrc, _ := cmd.Flags().GetString("plan")
+		plans, err := verifyPlans(ctx, planSrc, args[0], certs)
+		if err != nil {
+			return err
+		}
+		if found, err = VerifyPlanned(certs, raw, plans); err != nil {
 			return err
 		}
 	}

@@ -121,13 +121,17 @@ func (s *Sample) familyDeltas(gs *grouping, opts Options) []float64 {
 	return out
 }
 
-// familyNote is what the table's first line says of the family: nothing
-// without Family.
+// familyNote is what the table's first line says of the promise: for all
+// the groups together with Family, per group where groups of
+// organizations are, else nothing.
 func familyNote(r Result) string {
-	if !r.Family {
-		return ""
+	switch {
+	case r.Family:
+		return fmt.Sprintf(" for all %d groups together (--family: each group at its share)", len(r.Groups))
+	case slices.ContainsFunc(r.Groups, func(g Group) bool { return g.Org != "" }):
+		return " per group (each group's on its own; --family holds them together)"
 	}
-	return fmt.Sprintf(" for all %d groups together (--family: each group at its share)", len(r.Groups))
+	return ""
 }
 
 // promiseComment is what the fragment says of its promise where it holds

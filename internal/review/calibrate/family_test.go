@@ -64,7 +64,7 @@ func TestFamilyCommand(t *testing.T) {
 	write(lines)
 	args := []string{"--target", "0.9", "--by", "org", "--max-questions", "1", "--as-of", "2026-11-28T00:00:00Z"}
 	out, _, err := runCommand(t, nil, append(args, labels)...)
-	if err != nil || !strings.Contains(out, "\t# per group: each threshold below") || strings.Contains(out, "family-wise") {
+	if err != nil || !strings.Contains(out, "\t# per group: each threshold below") || !strings.Contains(out, "delta 0.05 per group (each group's on its own") || strings.Contains(out, "family-wise") {
 		t.Fatalf("--by org without --family: %v\n%s", err, out)
 	}
 	out, _, err = runCommand(t, nil, append(args, "--family", "--certificates", certs, labels)...)

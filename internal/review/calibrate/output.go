@@ -272,6 +272,9 @@ func groupQuestion(g Group) string {
 // whyLine says, for a group without a threshold, why the walk found none,
 // with the agreement seen so far.
 func whyLine(g Group, target, delta float64, method string) string {
+	if line, ok := planWhy(g); ok {
+		return line
+	}
 	name := groupLabel(g)
 	if method != MethodUniform {
 		if g.Why == WhyBelowTarget {

@@ -332,7 +332,7 @@ func (s *Sample) walkGroup(k groupKey, records []compactLine, opts Options, meth
 	var walked Group
 	switch method {
 	case MethodUniform:
-		walked = gv.walkUniform(opts.Target, opts.Delta)
+		walked = gv.walkPlanned(k, opts)
 	default:
 		walked = gv.walkAnytime(opts.Target, opts.Delta, method == MethodWeighted)
 	}
