@@ -62,9 +62,9 @@ type Checker struct {
 	// clones it).
 	endpointURL *url.URL
 	header      http.Header
-	client   *http.Client
-	cache    *verdictCache // nil when the cache is off
-	logger   *zap.Logger
+	client      *http.Client
+	cache       *verdictCache // nil when the cache is off
+	logger      *zap.Logger
 
 	// flights lets identical concurrent checks share one call to the
 	// service (see call).
