@@ -14,10 +14,12 @@
 // its log through the buffered writer as the default Caddyfile writes it:
 //
 //	P   plain reverse_proxy
-//	L   the gateway: Redis limits, breaker and routing
+//	L   the gateway: Redis limits (the default adaptive allowance, which
+//	    leases the benchmark's fast organizations), breaker and routing
+//	Lx  L with local_allowance off: every admission exact, a script each
 //	Lb  L with a budget never reached: a reservation and its settlement per request
 //	Lm  L with in-process limits: what L costs without its Redis round trip
-//	La  L with local_allowance 2% 100ms: Redis limits, a round trip per lease
+//	La  L with local_allowance 2% 100ms: every organization leased
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
 //	C   L with the exact answer cache (in Redis) hot: every request a hit,
@@ -52,7 +54,8 @@
 // the rounds of requests/s, p50/p90/p99 latency, CPU time per request of
 // each process (the proxy being the process that serves the configuration),
 // Redis commands per request, and the ratios to P measured in the same
-// round; then judges the targets on the small payloads. It also counts,
+// round; then judges the targets (on the small and 32 KiB payloads). It
+// also counts,
 // with MONITOR, the Redis commands each gateway configuration sends per
 // request and when.
 //
@@ -62,6 +65,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -481,11 +485,13 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 	}
 	fmt.Fprintf(b.out, "\nprofiles in %s:\n", b.o.profileDir)
 	secs := max(int(b.o.duration.Seconds()), 1)
+	var tables bytes.Buffer
 	for _, p := range payloads {
 		want, err := b.stack.Reference(ctx, b.driver, p.Body)
 		if err != nil {
 			return err
 		}
+		var attributed []profiled
 		for _, c := range b.o.configs {
 			admin := b.stack.AdminOf(c)
 			if admin == "" {
@@ -510,9 +516,21 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 			}
 			// The profile covers the run's first secs seconds; its
 			// requests are about that share of the run's.
-			fmt.Fprintf(b.out, "  %s (about %.0f requests)\n", path, float64(res.Requests)*float64(secs)/(float64(secs)+0.5))
+			requests := float64(res.Requests) * float64(secs) / (float64(secs) + 0.5)
+			fmt.Fprintf(b.out, "  %s (about %.0f requests)\n", path, requests)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			g, err := attribute(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			attributed = append(attributed, profiled{config: c, groups: g, requests: requests})
 		}
+		attributionTable(&tables, p.Name, attributed)
 	}
+	_, _ = b.out.Write(tables.Bytes())
 	data, err := harness.Get(ctx, b.stack.ProxyAdmin+"/debug/pprof/allocs")
 	if err != nil {
 		return err
