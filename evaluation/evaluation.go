@@ -28,6 +28,10 @@ type Request struct {
 	// question's instructions and criteria (option keys included). See
 	// EstimateTokens.
 	EstimatedTokens int64
+
+	// inline holds the questions of a request with few: the Request and
+	// its questions in one allocation.
+	inline [4]Question
 }
 
 // Question is one entry of the request's `questions` map.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -47,8 +48,9 @@ type questionSpans struct {
 // including `"instructions": null`, null tiers and null choice
 // descriptions.
 func ParseRequest(body []byte) (*Request, error) {
-	p := &requestSpans{s: scanner{b: body}}
-	p.visitMember = p.member // one method value for the whole scan: each allocates
+	p := requestScans.Get().(*requestSpans)
+	defer p.release()
+	p.s = scanner{b: body}
 	if bytes.HasPrefix(body, utf8BOM) {
 		p.s.pos = len(utf8BOM) // Python's json decodes bytes as utf-8-sig
 	}
@@ -62,16 +64,25 @@ func ParseRequest(body []byte) (*Request, error) {
 		return nil, e.done()
 	}
 	req := &Request{}
+	// The model and every question's id, decoded, in one string.
+	p.text = p.s.appendText(p.text[:0], p.model)
+	for _, q := range p.qs {
+		p.text = p.s.appendText(p.text, q.id)
+	}
+	p.strings = string(p.text)
 	p.checkTop(req, raw(body, root), &e)
 
 	// A repeated id keeps its first place and takes its last value, as a
 	// Python dict built from the decoded pairs does: only that value is
 	// validated, answered and counted.
-	qs, ids := distinctQuestions(&p.s, p.qs)
+	qs, ids := p.distinctQuestions()
 	var tokens tokenCount
 	tokens.add(p.state)
 	tooMany := false
-	req.Questions = make([]Question, 0, len(qs))
+	req.Questions = req.inline[:0]
+	if len(qs) > len(req.inline) {
+		req.Questions = make([]Question, 0, len(qs))
+	}
 	for i, q := range qs {
 		tokens.add(q.instructions)
 		tokens.add(q.crit)
@@ -104,6 +115,41 @@ type requestSpans struct {
 	// question; visitMember is p.member.
 	depth       scanDepth
 	visitMember func(key span) bool
+
+	// text is the model and the questions' ids, decoded, one after the
+	// other (see textAt), and strings the same as one string: what the
+	// Request keeps of them, one allocation for all. ids are the
+	// distinct questions' ids.
+	text    []byte
+	strings string
+	textAt  int
+	ids     []string
+}
+
+// requestScans recycles the scan state of ParseRequest: its spans, its
+// buffers and the method value that visits members, which would otherwise
+// be allocated for every request.
+var requestScans = sync.Pool{New: func() any {
+	p := new(requestSpans)
+	p.visitMember = p.member
+	return p
+}}
+
+// release puts p back in requestScans, holding nothing of the request.
+func (p *requestSpans) release() {
+	visit, qs, text, ids := p.visitMember, p.qs[:0], p.text[:0], p.ids[:0]
+	clear(ids[:cap(ids)])
+	*p = requestSpans{visitMember: visit, qs: qs, text: text, ids: ids}
+	requestScans.Put(p)
+}
+
+// nextText is the next string of p.strings, in the order appended: the
+// decoded text of sp, the span it was appended from.
+func (p *requestSpans) nextText(sp span) string {
+	n := p.s.textLen(sp)
+	t := p.strings[p.textAt : p.textAt+n]
+	p.textAt += n
+	return t
 }
 
 type scanDepth int
@@ -186,7 +232,7 @@ func (p *requestSpans) checkTop(req *Request, top []byte, e *errorList) {
 		// `model` is a string; null is in doubt (it reads as "not given"
 		// to many clients), so it is forwarded and the upstream decides.
 	case kindString:
-		req.Model = p.s.text(p.model)
+		req.Model = p.strings[:p.s.textLen(p.model)]
 	default:
 		e.add("string_type", loc("model"), "Input should be a valid string", raw(body, p.model), "")
 	}
@@ -340,13 +386,17 @@ func questionType(s *scanner, q questionSpans, id string, question []byte, e *er
 }
 
 // distinctQuestions returns the questions with a repeated id collapsed
-// into its first place and last value, and their ids.
-func distinctQuestions(s *scanner, qs []questionSpans) ([]questionSpans, []string) {
-	ids := make([]string, 0, len(qs))
+// into its first place and last value, and their ids (substrings of
+// p.strings, after the model's).
+func (p *requestSpans) distinctQuestions() ([]questionSpans, []string) {
+	qs := p.qs
+	ids := p.ids[:0]
 	var index map[string]int // id -> position, built only for long maps
 	out := qs[:0]
+	p.textAt = 0
+	p.nextText(p.model)
 	for _, q := range qs {
-		id := s.text(q.id)
+		id := p.nextText(q.id)
 		if len(out) >= 16 && index == nil {
 			index = make(map[string]int, len(qs))
 			for i, known := range ids {
@@ -375,6 +425,7 @@ func distinctQuestions(s *scanner, qs []questionSpans) ([]questionSpans, []strin
 		out = append(out, q)
 		ids = append(ids, id)
 	}
+	p.ids = ids
 	return out, ids
 }
 

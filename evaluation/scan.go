@@ -451,9 +451,39 @@ func (s *scanner) keyIs(key span, name string) bool {
 	return unescape(s.b[key.start+1:key.end-1]) == name
 }
 
+// appendText appends the decoded text of a string span to out; a span
+// that is no string appends nothing.
+func (s *scanner) appendText(out []byte, sp span) []byte {
+	if sp.kind != kindString {
+		return out
+	}
+	raw := s.b[sp.start+1 : sp.end-1]
+	if !sp.escaped {
+		return append(out, raw...)
+	}
+	return appendUnescaped(out, raw)
+}
+
+// textLen is the length of what appendText appends for sp.
+func (s *scanner) textLen(sp span) int {
+	switch {
+	case sp.kind != kindString:
+		return 0
+	case !sp.escaped:
+		return sp.end - sp.start - 2
+	}
+	var buf [64]byte
+	return len(appendUnescaped(buf[:0], s.b[sp.start+1:sp.end-1]))
+}
+
 // unescape decodes the inside of a JSON string that the scanner accepted.
 func unescape(raw []byte) string {
-	out := make([]byte, 0, len(raw))
+	return string(appendUnescaped(make([]byte, 0, len(raw)), raw))
+}
+
+// appendUnescaped appends the decoded inside of a JSON string that the
+// scanner accepted to out.
+func appendUnescaped(out []byte, raw []byte) []byte {
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c != '\\' {
@@ -487,7 +517,7 @@ func unescape(raw []byte) string {
 			out = append(out, raw[i])
 		}
 	}
-	return string(out)
+	return out
 }
 
 func hex4(b []byte) uint64 {

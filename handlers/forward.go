@@ -144,8 +144,8 @@ func (f *forwarding) commit(status int, raw []byte) bool {
 // header holds a few fields then: Server, what earlier handlers set), a
 // clone only for a larger one.
 type headerSnapshot struct {
-	fields [4]snapshotField
-	values [8]string
+	fields [2]snapshotField
+	values [4]string
 	n      int
 	large  http.Header // the fields, when they do not fit
 }

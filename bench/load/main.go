@@ -14,10 +14,12 @@
 // its log through the buffered writer as the default Caddyfile writes it:
 //
 //	P   plain reverse_proxy
-//	L   the gateway: Redis limits, breaker and routing
+//	L   the gateway: Redis limits (the default adaptive allowance, which
+//	    leases the benchmark's fast organizations), breaker and routing
+//	Lx  L with local_allowance off: every admission exact, a script each
 //	Lb  L with a budget never reached: a reservation and its settlement per request
 //	Lm  L with in-process limits: what L costs without its Redis round trip
-//	La  L with local_allowance 2% 100ms: Redis limits, a round trip per lease
+//	La  L with local_allowance 2% 100ms: every organization leased
 //	G   L plus guardrails against a fast stub service, uncached
 //	GC  G with the verdict cache (in Redis) hot
 //	C   L with the exact answer cache (in Redis) hot: every request a hit,
@@ -52,7 +54,8 @@
 // the rounds of requests/s, p50/p90/p99 latency, CPU time per request of
 // each process (the proxy being the process that serves the configuration),
 // Redis commands per request, and the ratios to P measured in the same
-// round; then judges the targets on the small payloads. It also counts,
+// round; then judges the targets (on the small and 32 KiB payloads). It
+// also counts,
 // with MONITOR, the Redis commands each gateway configuration sends per
 // request and when.
 //
@@ -69,7 +72,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -470,56 +472,6 @@ func (b *bench) pingRedis(ctx context.Context) func() []time.Duration {
 		cancel()
 		return <-done
 	}
-}
-
-// profile runs each configuration served by Caddy once more per payload
-// while its process's admin endpoint records a CPU profile, then saves an
-// allocation profile of the first proxy's whole run.
-func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
-	if err := os.MkdirAll(b.o.profileDir, 0o755); err != nil {
-		return err
-	}
-	fmt.Fprintf(b.out, "\nprofiles in %s:\n", b.o.profileDir)
-	secs := max(int(b.o.duration.Seconds()), 1)
-	for _, p := range payloads {
-		want, err := b.stack.Reference(ctx, b.driver, p.Body)
-		if err != nil {
-			return err
-		}
-		for _, c := range b.o.configs {
-			admin := b.stack.AdminOf(c)
-			if admin == "" {
-				continue // nginx: no Go profile
-			}
-			path := filepath.Join(b.o.profileDir, fmt.Sprintf("cpu-%s-%s.pprof", p.Name, c))
-			got := make(chan error, 1)
-			go func() {
-				data, err := harness.Get(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, secs))
-				if err == nil {
-					err = os.WriteFile(path, data, 0o644)
-				}
-				got <- err
-			}()
-			reqs, _, err := b.requests(ctx, c, p.Body, want)
-			if err != nil {
-				return fmt.Errorf("profiling %s %s: %w", p.Name, c, err)
-			}
-			res := b.driver.Closed(ctx, reqs, b.o.concurrency, time.Duration(secs)*time.Second+500*time.Millisecond)
-			if err := errors.Join(res.Err, <-got); err != nil {
-				return fmt.Errorf("profiling %s %s: %w", p.Name, c, err)
-			}
-			// The profile covers the run's first secs seconds; its
-			// requests are about that share of the run's.
-			fmt.Fprintf(b.out, "  %s (about %.0f requests)\n", path, float64(res.Requests)*float64(secs)/(float64(secs)+0.5))
-		}
-	}
-	data, err := harness.Get(ctx, b.stack.ProxyAdmin+"/debug/pprof/allocs")
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(b.o.profileDir, "allocs.pprof")
-	fmt.Fprintf(b.out, "  %s (allocations of the whole run)\n", path)
-	return os.WriteFile(path, data, 0o644)
 }
 
 func printMachine(out io.Writer) {

@@ -53,7 +53,7 @@ func TestDocumentedCommands(t *testing.T) {
 }
 
 func TestUnknownConfigIsRefused(t *testing.T) {
-	if _, err := parseArgs([]string{"-configs", "L,Lx"}); err == nil || !strings.Contains(err.Error(), `"Lx"`) {
+	if _, err := parseArgs([]string{"-configs", "L,Lq"}); err == nil || !strings.Contains(err.Error(), `"Lq"`) {
 		t.Fatalf("got %v, want the unknown configuration named", err)
 	}
 }

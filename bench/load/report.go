@@ -12,27 +12,23 @@ import (
 	"github.com/systemone/systemone-gateway/bench/payload"
 )
 
-// The targets' bounds (BENCHMARKS.md, "Against the targets"): small
-// payload, fixed concurrency, in front of the cheap upstream stub, ratios
-// and differences to P measured in the same round.
+// The targets' bounds (BENCHMARKS.md, "The targets"): at fixed
+// concurrency, in front of the cheap upstream stub, ratios and differences
+// to P measured in the same round; on the small payloads unless said
+// otherwise.
 const (
-	// Lm's proxy CPU per request over P's, at most; and its req/s over P's,
-	// at least.
-	localProxyOverPlain  = 10 * time.Microsecond
-	localThroughputRatio = 0.95
-	// L's added CPU per request in every process it adds work to (see
-	// addedProcs) over P's, at most; its req/s over P's, at least; and
-	// Redis's CPU per admitted request over P's, at most.
-	limitsAddedCPU        = 60 * time.Microsecond
-	limitsThroughputRatio = 0.90
+	// Lm's req/s over P's, at least; its proxy CPU per request over P's,
+	// at most.
+	localThroughputRatio = 0.90
+	localProxyOverPlain  = 25 * time.Microsecond
+	// L's req/s over P's, at least, and Redis's CPU per admitted request
+	// over P's (Redis idle), at most.
+	limitsThroughputRatio = 0.80
 	limitsRedisCPU        = 15 * time.Microsecond
-	// Lb's proxy CPU per request over L's, at most.
-	budgetProxyOverLimits = 10 * time.Microsecond
-	// G's req/s over P's, at least; GC's must be at least G's.
-	guardrailsThroughputRatio = 0.75
-	// What L's p50 may add to P's at the fixed rate beyond one Redis round
-	// trip.
-	p50Allowance = 100 * time.Microsecond
+	// L's req/s over P's on the 32 KiB payloads, at least.
+	mediumThroughputRatio = 0.85
+	// G's req/s over P's, at least.
+	guardrailsThroughputRatio = 0.70
 )
 
 // addedProcs are the processes whose CPU time the gateway adds to:
@@ -104,8 +100,8 @@ func (b *bench) table(ur *upstreamRun, mode string) {
 	tw.flush()
 }
 
-// targets judges each target on every small payload measured, and prints
-// it met or missed with the figures it was judged on. A target whose
+// targets judges each target on every payload of its size measured, and
+// prints it met or missed with the figures it was judged on. A target whose
 // configurations were not measured (-configs) is left out.
 func (b *bench) targets(ur *upstreamRun) {
 	fmt.Fprintf(b.out, "\n## Targets\n\n")
@@ -118,28 +114,25 @@ func (b *bench) targets(ur *upstreamRun) {
 		}
 		tw.row(target, pr.p.Name, measured, verdict(ok))
 	}
-	rtt := medianOf(ur.rtt)
 	for _, pr := range ur.results {
+		runs := pr.runs[closedLoop]
+		l := []string{harness.Limits}
+		if pr.p.Size == payload.Medium {
+			r := ratioToPlain(runs, harness.Limits)
+			row(pr, l, fmt.Sprintf("L req/s >= %.2f x P (32 KiB)", mediumThroughputRatio), fmt.Sprintf("%.2f", r), r >= mediumThroughputRatio)
+			continue
+		}
 		if pr.p.Size != payload.Small {
 			continue
 		}
-		runs := pr.runs[closedLoop]
-		plain := medianDur(runs[harness.Plain], func(m measure) time.Duration { return m.cpu["proxy"] })
 		lm := []string{harness.LimitsLocal}
+		r := ratioToPlain(runs, harness.LimitsLocal)
+		row(pr, lm, fmt.Sprintf("Lm req/s >= %.2f x P", localThroughputRatio), fmt.Sprintf("%.2f", r), r >= localThroughputRatio)
+		plain := medianDur(runs[harness.Plain], func(m measure) time.Duration { return m.cpu["proxy"] })
 		d := cpuOver(runs, harness.LimitsLocal, harness.Plain, "proxy")
 		row(pr, lm, fmt.Sprintf("Lm proxy CPU <= P + %.0f µs", µs(localProxyOverPlain)),
 			fmt.Sprintf("P %.0f µs, Lm %+.1f µs", µs(plain), µs(d)), d <= localProxyOverPlain)
-		r := ratioToPlain(runs, harness.LimitsLocal)
-		row(pr, lm, fmt.Sprintf("Lm req/s >= %.2f x P", localThroughputRatio), fmt.Sprintf("%.2f", r), r >= localThroughputRatio)
 
-		l := []string{harness.Limits}
-		var parts []string
-		for _, proc := range addedProcs {
-			parts = append(parts, fmt.Sprintf("%s %+.1f", proc, µs(cpuOver(runs, harness.Limits, harness.Plain, proc))))
-		}
-		d = cpuOver(runs, harness.Limits, harness.Plain, addedProcs...)
-		row(pr, l, fmt.Sprintf("L added CPU (%s) <= P + %.0f µs", strings.Join(addedProcs, " + "), µs(limitsAddedCPU)),
-			fmt.Sprintf("%+.1f µs (%s)", µs(d), strings.Join(parts, ", ")), d <= limitsAddedCPU)
 		r = ratioToPlain(runs, harness.Limits)
 		row(pr, l, fmt.Sprintf("L req/s >= %.2f x P", limitsThroughputRatio), fmt.Sprintf("%.2f", r), r >= limitsThroughputRatio)
 		// Every request is admitted (the limits are far above the load and
@@ -148,32 +141,26 @@ func (b *bench) targets(ur *upstreamRun) {
 		row(pr, l, fmt.Sprintf("L Redis CPU per admitted request <= %.0f µs (over P's)", µs(limitsRedisCPU)),
 			fmt.Sprintf("%+.1f µs (%.2f scripts/req)", µs(d), median(scripts(runs[harness.Limits]))), d <= limitsRedisCPU)
 
-		d = cpuOver(runs, harness.LimitsBudget, harness.Limits, "proxy")
-		row(pr, []string{harness.Limits, harness.LimitsBudget}, fmt.Sprintf("Lb proxy CPU <= L + %.0f µs", µs(budgetProxyOverLimits)),
-			fmt.Sprintf("%+.1f µs", µs(d)), d <= budgetProxyOverLimits)
-
 		r = ratioToPlain(runs, harness.Guardrails)
 		row(pr, []string{harness.Guardrails}, fmt.Sprintf("G req/s >= %.2f x P", guardrailsThroughputRatio), fmt.Sprintf("%.2f", r), r >= guardrailsThroughputRatio)
-		r = ratioTo(runs, harness.GuardrailsCached, harness.Guardrails)
-		row(pr, []string{harness.Guardrails, harness.GuardrailsCached}, "GC req/s >= G req/s",
-			fmt.Sprintf("GC %.2f x P, G %.2f x P; GC ÷ G %.2f", ratioToPlain(runs, harness.GuardrailsCached), ratioToPlain(runs, harness.Guardrails), r), r >= 1)
-
-		d = deltaToPlain(pr.runs[openLoop], harness.Limits, 0.5)
-		row(pr, l, fmt.Sprintf("L p50 − P p50 at %.0f/s (%.0f%% of P's req/s) <= Redis RTT + %.1f ms", pr.rate, 100*b.o.rateShare, ms2(p50Allowance)),
-			fmt.Sprintf("%.3f ms (RTT %.3f ms)", ms2(d), ms2(rtt)), d <= rtt+p50Allowance)
 	}
 	tw.flush()
-	fmt.Fprintf(b.out, "\nRedis RTT: median PING from this program every 5ms during L's fixed-rate runs (%d samples); p90 %.3f ms\n",
-		len(ur.rtt), ms2(quantileOf(ur.rtt, 0.9)))
+	if len(ur.rtt) > 0 {
+		fmt.Fprintf(b.out, "\nRedis RTT: median PING from this program every 5ms during L's fixed-rate runs (%d samples): %.3f ms; p90 %.3f ms\n",
+			len(ur.rtt), ms2(medianOf(ur.rtt)), ms2(quantileOf(ur.rtt, 0.9)))
+	}
 	b.references(ur)
 }
 
 // references prints, beside the targets, the rows reported without one:
-// everything on (E), the unbuffered log writer (Lu, Lmu) and nginx (N,
-// Nl), each with L or Lm for comparison.
+// exact admission (Lx), every organization leased (La), a budget (Lb),
+// the verdict cache (GC), the answer cache (C), everything on (E), the
+// unbuffered log writer (Lu, Lmu) and nginx (N, Nl), each with L and Lm
+// for comparison.
 func (b *bench) references(ur *upstreamRun) {
 	var rows []string
-	for _, c := range []string{harness.Limits, harness.LimitsLocal, harness.Everything, harness.Escalated, harness.EscalationIdle,
+	for _, c := range []string{harness.Limits, harness.LimitsLocal, harness.LimitsExact, harness.LimitsAllowance, harness.LimitsBudget,
+		harness.GuardrailsCached, harness.Cached, harness.Everything, harness.Escalated, harness.EscalationIdle,
 		harness.LimitsUnbuffered, harness.LimitsLocalUnbuffered, harness.Nginx, harness.NginxLimits} {
 		if slices.Contains(b.o.configs, c) {
 			rows = append(rows, c)
@@ -182,8 +169,8 @@ func (b *bench) references(ur *upstreamRun) {
 	if !slices.ContainsFunc(rows, func(c string) bool { return c != harness.Limits && c != harness.LimitsLocal }) {
 		return
 	}
-	fmt.Fprintf(b.out, "\n## Everything on, both log writers, nginx (fixed concurrency, ratios and differences to P in the same round)\n\n")
-	tw := newTable(b.out, "payload", "config", "req/s ÷ P", "proxy − P µs", "added − P µs", "p50 − P ms at the fixed rate")
+	fmt.Fprintf(b.out, "\n## Reference rows (fixed concurrency, ratios and differences to P in the same round)\n\n")
+	tw := newTable(b.out, "payload", "config", "req/s ÷ P", "proxy − P µs", "redis − P µs", "added − P µs", "p50 − P ms at the fixed rate")
 	for _, pr := range ur.results {
 		if pr.p.Size != payload.Small {
 			continue
@@ -192,6 +179,7 @@ func (b *bench) references(ur *upstreamRun) {
 		for _, c := range rows {
 			tw.row(pr.p.Name, c, fmt.Sprintf("%.2f", ratioToPlain(runs, c)),
 				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Plain, "proxy"))),
+				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Plain, "redis"))),
 				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Plain, addedProcs...))),
 				fmt.Sprintf("%+.3f", ms2(deltaToPlain(pr.runs[openLoop], c, 0.5))))
 		}

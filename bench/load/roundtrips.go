@@ -154,8 +154,8 @@ func classify(args []string) string {
 		if len(args) >= 3 {
 			if n, err := strconv.Atoi(args[2]); err == nil && len(args) > 3+n+1 {
 				switch args[3+n+1] {
-				case "a", "l":
-					return "admit" // an admission, or a lease admissions are taken from
+				case "a", "x", "l":
+					return "admit" // an admission (with a budget, or without), or a lease admissions are taken from
 				case "s":
 					return "settle" // the bucket, and with a budget the period charged
 				case "h":

@@ -20,14 +20,20 @@ import (
 const (
 	// Plain is Caddy's reverse_proxy alone: the baseline.
 	Plain = "P"
-	// Limits is the gateway with Redis limits, the breaker and routing.
+	// Limits is the gateway with Redis limits, the breaker and routing:
+	// the default adaptive allowance, which leases the buckets of the
+	// benchmark's organizations (fast, on limits far above the load).
 	Limits = "L"
+	// LimitsExact is Limits with local_allowance off: every admission one
+	// exact Redis script, a round trip per request (many admissions share
+	// a script call under load).
+	LimitsExact = "Lx"
 	// LimitsLocal is Limits with in-process buckets: no Redis round trip.
 	// It tells what the round trip costs.
 	LimitsLocal = "Lm"
-	// LimitsAllowance is Limits with local_allowance on: each instance
-	// admits from slices of the Redis buckets, a Redis round trip per
-	// lease rather than per request.
+	// LimitsAllowance is Limits with local_allowance 2% 100ms: every
+	// organization admitted from slices of the Redis buckets, whatever its
+	// pace, a Redis round trip per lease rather than per request.
 	LimitsAllowance = "La"
 	// LimitsBudget is Limits with a budget far above the load: every
 	// request also reserves its estimated cost and settles it when it
@@ -79,7 +85,7 @@ const (
 // (every ratio is to P measured in the same round). Each call returns a new
 // slice, the caller's to keep or trim.
 func AllConfigs() []string {
-	return []string{Plain, Limits, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached,
+	return []string{Plain, Limits, LimitsExact, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached,
 		Everything, Escalated, EscalationIdle, LimitsUnbuffered, LimitsLocalUnbuffered, Nginx, NginxLimits}
 }
 
@@ -519,6 +525,7 @@ func (s *Stack) proxyCaddyfile(proxy string) string {
 `, s.guardrailsURL, extra)
 	}
 	allowance := strings.Replace(limits, "\t\t}\n", "\t\t\tlocal_allowance 2% 100ms\n\t\t}\n", 1)
+	exact := strings.Replace(limits, "\t\t}\n", "\t\t\tlocal_allowance off\n\t\t}\n", 1)
 	// A million yuan a day at 0.042 yuan per million tokens: never spent.
 	budget := strings.Replace(limits, "\t\t}\n", "\t\t\tbudget 1000000 per day\n\t\t}\n", 1)
 	// A day: entries stored at a payload's warm-up outlive the run.
@@ -529,6 +536,7 @@ func (s *Stack) proxyCaddyfile(proxy string) string {
 	review := "\t\t\tqueue bench:review maxlen 100000\n\t\t\taudit 0.1\n"
 	gateway := map[string]string{
 		Limits:           redis + limits + policies,
+		LimitsExact:      redis + exact + policies,
 		LimitsAllowance:  redis + allowance + policies,
 		LimitsBudget:     redis + budget + policies,
 		LimitsLocal:      limits + policies,

@@ -36,7 +36,7 @@ func testStack() *Stack {
 func TestProxyCaddyfiles(t *testing.T) {
 	s := testStack()
 	for proxy, want := range map[string][]string{
-		proxyMain:       {Plain, Limits, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached, Everything, Escalated, EscalationIdle},
+		proxyMain:       {Plain, Limits, LimitsExact, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached, Everything, Escalated, EscalationIdle},
 		proxyUnbuffered: {LimitsUnbuffered, LimitsLocalUnbuffered},
 	} {
 		if got := s.configsOf(proxy); !slices.Equal(got, want) {
@@ -92,12 +92,12 @@ func TestProxyCaddyfiles(t *testing.T) {
 // TestUnknownConfigRefused: StartStack names a configuration it does not
 // know, before it builds or starts anything.
 func TestUnknownConfigRefused(t *testing.T) {
-	s, err := StartStack(t.Context(), Options{Configs: []string{Plain, Limits, "Lx"}})
+	s, err := StartStack(t.Context(), Options{Configs: []string{Plain, Limits, "Lq"}})
 	if err == nil {
 		s.Stop()
 		t.Fatal("StartStack served an unknown configuration")
 	}
-	if !strings.Contains(err.Error(), `"Lx"`) {
+	if !strings.Contains(err.Error(), `"Lq"`) {
 		t.Fatalf("got %v, want the unknown configuration named", err)
 	}
 }

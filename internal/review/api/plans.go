@@ -180,20 +180,19 @@ func parsePlan(raw []byte) (record.Plan, errorList) {
 func labellingField(model, typ string) string { return model + "\x1f" + typ }
 
 // noteLabelling records, for each (model, type) of the audited labels
-// just stored (an escalated question's second answer's too), when its
-// first label was: from then on no plan of it is taken.
+// just stored, when its first label was: from then on no plan of it is
+// taken.
 func (s *store) noteLabelling(ctx context.Context, lines []questionLines) error {
 	seen := map[string]bool{}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, ql := range lines {
-			for _, l := range ql {
-				f := labellingField(l.Model, l.Type)
-				if l.Audit && !seen[f] {
-					seen[f] = true
-					p.HSetNX(ctx, s.labellingKey(), f, l.TS)
-				}
+			l := ql[0] // the first answer's: a plan is of a version's own group
+			f := labellingField(l.Model, l.Type)
+			if l.Audit && !seen[f] {
+				seen[f] = true
+				p.HSetNX(ctx, s.labellingKey(), f, l.TS)
 			}
 		}
 		return nil
