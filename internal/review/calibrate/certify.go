@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -24,6 +23,11 @@ func Certify(res *Result, opts Options, raw [][]byte, created time.Time) ([]cert
 		c, err := certificateOf(*g, *res, opts, raw)
 		if err != nil {
 			return nil, err
+		}
+		if g.EscalatedFrom != "" {
+			// The first stage's groups come first: their ids are set.
+			under, _ := findGroup(res.Groups, g.under)
+			c.UnderCert = under.Cert
 		}
 		c.Created = created.UTC().Format(time.RFC3339)
 		c = c.Seal()
@@ -54,6 +58,16 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		LabelsSHA256: sum, LabelsUntil: until,
 		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
 		MaxQuestions: opts.maxQuestions(),
+	}
+	if g.DeltaUsed != 0 && g.DeltaUsed != res.Delta {
+		c.DeltaUsed = g.DeltaUsed
+	}
+	if g.EscalatedFrom != "" {
+		c.Stage, c.EscalatedFrom = 2, g.EscalatedFrom
+		if g.HasUnderThreshold {
+			under := g.UnderThreshold
+			c.UnderThreshold = &under
+		}
 	}
 	if g.HasThreshold {
 		c.Threshold = g.Threshold
@@ -162,9 +176,8 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 			}
 			results[r], kept[r] = res, lines
 		}
-		i, found := slices.BinarySearchFunc(res.Groups, c, func(g Group, c certificate.Certificate) int {
-			return cmp.Or(cmp.Compare(g.Model, c.Model), compareTypes(g.Type, c.Type), cmp.Compare(g.Question, c.Question), cmp.Compare(g.Org, c.Org))
-		})
+		k := groupKey{model: c.Model, typ: c.Type, question: c.Question, org: c.Org, from: c.EscalatedFrom}
+		i, found := slices.BinarySearchFunc(res.Groups, k, func(g Group, k groupKey) int { return compareKeys(g.key(), k) })
 		if !found {
 			out = append(out, Verification{ID: c.ID, Differences: []string{"no such group in the labels (labels changed)"}})
 			continue
@@ -173,7 +186,7 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Verification{ID: c.ID, Differences: certificate.Differences(c, got)})
+		out = append(out, Verification{ID: c.ID, Differences: append(certificate.Differences(c, got), underDifferences(c, certs)...)})
 	}
 	return out, nil
 }

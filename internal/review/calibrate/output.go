@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +32,10 @@ type groupJSON struct {
 	Type           string   `json:"type"`
 	Question       string   `json:"question"`
 	Org            string   `json:"org"`
+	Stage          int      `json:"stage"`
+	EscalatedFrom  string   `json:"escalated_from"`
+	UnderThreshold *float64 `json:"under_threshold"`
+	DeltaUsed      float64  `json:"delta_used"`
 	Labels         int      `json:"labels"`
 	Threshold      *float64 `json:"threshold"`
 	Agree          int      `json:"agree"`
@@ -52,25 +57,34 @@ type groupJSON struct {
 }
 
 // MarshalJSON writes the documented `--json` document: {"target", "delta",
-// "ignored", "groups": [{"model", "type", "question", "org", "labels",
+// "ignored", "groups": [{"model", "type", "question", "org", "stage",
+// "escalated_from", "under_threshold", "delta_used", "labels",
 // "threshold", "agree", "n", "entries", "lower_bound", "coverage",
 // "labels_needed", "labels_expected", "complete_through", "waiting_on",
 // "waiting", "refused", "late_corrections"}]}, with an unrounded
 // threshold, or null; lower_bound null where the method has none,
 // labels_expected null where there is no estimate, complete_through null
 // with an empty prefix, waiting_on null when nothing holds it back,
-// late_corrections null unless the review API counted them. Notes are not
-// part of it.
+// late_corrections null unless the review API counted them; stage 2 and
+// escalated_from the first version for a group of second answers (stage 1
+// and "" otherwise), under_threshold the first version's threshold it was
+// calibrated under (null for stage 1, and for a second stage under none),
+// delta_used the risk the group was calibrated at. Notes are not part of
+// it.
 func (r Result) MarshalJSON() ([]byte, error) {
 	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Org: g.Org, Labels: g.Labels,
+			Stage: g.Stage(), EscalatedFrom: g.EscalatedFrom, DeltaUsed: g.DeltaUsed,
 			Agree: g.Agree, N: g.N, Entries: g.Entries, Coverage: g.Coverage,
 			LabelsNeeded: g.LabelsNeeded,
 		}
 		if g.HasThreshold {
 			gj.Threshold = &g.Threshold
+		}
+		if g.HasUnderThreshold {
+			gj.UnderThreshold = &g.UnderThreshold
 		}
 		if g.HasLowerBound {
 			gj.LowerBound = &g.LowerBound
@@ -133,7 +147,7 @@ func WriteTable(w io.Writer, r Result) error {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
 		} else {
-			why = append(why, whyLine(g, r.Target, r.Delta, method))
+			why = append(why, whyLine(g, r.Target, cmp.Or(g.DeltaUsed, r.Delta), method))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
@@ -145,13 +159,16 @@ func WriteTable(w io.Writer, r Result) error {
 			expect = strconv.Itoa(g.LabelsExpected)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n",
-			display(g.Model), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded, expect)
+			modelLabel(g), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded, expect)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	var held []string
 	for _, g := range r.Groups {
+		if g.EscalatedFrom != "" {
+			held = append(held, stageLine(g, r.Delta))
+		}
 		if line := prefixLine(g); line != "" {
 			held = append(held, line)
 		}
@@ -200,7 +217,7 @@ func prefixLine(g Group) string {
 
 // groupLabel names a group in a line under the table.
 func groupLabel(g Group) string {
-	name := display(g.Model) + " " + g.Type
+	name := modelLabel(g) + " " + g.Type
 	if g.Question != "" {
 		name += " question " + display(g.Question)
 	}
@@ -223,10 +240,7 @@ func groupQuestion(g Group) string {
 // whyLine says, for a group without a threshold, why the walk found none,
 // with the agreement seen so far.
 func whyLine(g Group, target, delta float64, method string) string {
-	name := display(g.Model) + " " + g.Type
-	if g.Question != "" {
-		name += " question " + display(g.Question)
-	}
+	name := groupLabel(g)
 	if method != MethodUniform {
 		if g.Why == WhyBelowTarget {
 			return fmt.Sprintf("%s: no threshold yet: the first candidate (confidence %s, %d entries, %d questions) has evidence %.3g where it needs %.3g (target %v, delta %v); agreement there %d/%d",
@@ -283,12 +297,18 @@ func WriteFragment(w io.Writer, r Result) error {
 	}
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, "route {")
-	for i := 0; i < len(r.Groups); {
+	// The first stage's groups come first (compareKeys): a pin each
+	// version, then the escalate blocks of the second stage's.
+	second := slices.IndexFunc(r.Groups, func(g Group) bool { return g.EscalatedFrom != "" })
+	if second < 0 {
+		second = len(r.Groups)
+	}
+	for i := 0; i < second; {
 		model := r.Groups[i].Model
 		var body []string
 		orgs := map[string][]string{} // org -> its lines, in type order
 		var orgOrder []string
-		for ; i < len(r.Groups) && r.Groups[i].Model == model; i++ {
+		for ; i < second && r.Groups[i].Model == model; i++ {
 			g := r.Groups[i]
 			if g.Org != "" {
 				// An org of its own never falls back to the pooled line:
@@ -306,25 +326,8 @@ func WriteFragment(w io.Writer, r Result) error {
 				orgs[g.Org] = append(orgs[g.Org], line)
 				continue
 			}
-			if !g.HasThreshold {
-				if tg, ok := typeGroup(r.Groups, g); ok && g.Question != "" && tg.HasThreshold {
-					body = append(body, fmt.Sprintf("# question %s: no threshold of its own; it takes %s %s, computed without its labels",
-						quoteNote(g.Question), g.Type, FormatThreshold(tg.Threshold)))
-				}
-				continue
-			}
-			t := FormatThreshold(g.Threshold)
-			if g.Cert != "" {
-				t += " cert " + g.Cert
-			}
-			if g.Question == "" {
-				body = append(body, g.Type+" "+t)
-				continue
-			}
-			if id, ok := caddyfileToken(g.Question); ok {
-				body = append(body, "question "+id+" "+t)
-			} else {
-				body = append(body, fmt.Sprintf("# question %s %s: no Caddyfile token can hold this id; set it in the JSON config", quoteNote(g.Question), t))
+			if line, ok := thresholdLine(g, r.Groups); ok {
+				body = append(body, line)
 			}
 		}
 		slices.Sort(orgOrder)
@@ -354,8 +357,35 @@ func WriteFragment(w io.Writer, r Result) error {
 		}
 		fmt.Fprintln(bw, "\t}")
 	}
+	writeEscalations(bw, r.Groups)
 	fmt.Fprintln(bw, "}")
 	return bw.Flush()
+}
+
+// thresholdLine is the line of a type or question group g in a pin or an
+// escalate block: `<type> <t> [cert <id>]` or `question <id> <t> [cert
+// <id>]`; for a question group without a threshold whose type has one, a
+// comment (the gateway gives it its type's); false for a group with
+// nothing to write.
+func thresholdLine(g Group, groups []Group) (string, bool) {
+	if !g.HasThreshold {
+		if tg, ok := typeGroup(groups, g); ok && g.Question != "" && tg.HasThreshold {
+			return fmt.Sprintf("# question %s: no threshold of its own; it takes %s %s, computed without its labels",
+				quoteNote(g.Question), g.Type, FormatThreshold(tg.Threshold)), true
+		}
+		return "", false
+	}
+	t := FormatThreshold(g.Threshold)
+	if g.Cert != "" {
+		t += " cert " + g.Cert
+	}
+	if g.Question == "" {
+		return g.Type + " " + t, true
+	}
+	if id, ok := caddyfileToken(g.Question); ok {
+		return "question " + id + " " + t, true
+	}
+	return fmt.Sprintf("# question %s %s: no Caddyfile token can hold this id; set it in the JSON config", quoteNote(g.Question), t), true
 }
 
 // caddyfileToken writes s as one Caddyfile token that the route block reads

@@ -28,13 +28,20 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 	s.markComplete(opts.asOf(), opts.CorrectWithin.Nanoseconds())
 	gs := s.groups(opts, &res)
 	ranges := gs.sortRecords(s)
+	stages := s.findStages(gs, ranges)
 	for g, k := range gs.keys {
-		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], opts, method))
+		if k.from != "" {
+			continue // second answers: walked under the first stage's thresholds, below
+		}
+		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], stages.options(k, opts), method))
 	}
-	slices.SortFunc(res.Groups, func(a, b Group) int {
-		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question), cmp.Compare(a.Org, b.Org))
-	})
+	sortGroups(res.Groups)
+	if stages != nil {
+		res.Groups = append(res.Groups, stages.walkSecond(s, gs, ranges, res.Groups, opts, method)...)
+		sortGroups(res.Groups)
+	}
 	res.Notes = append(res.Notes, questionNotes(res.Groups)...)
+	res.Notes = append(res.Notes, stages.notes(res.Groups)...)
 	return res, nil
 }
 
@@ -92,8 +99,9 @@ func (s *Sample) markComplete(asOf, window int64) {
 	}
 }
 
-// groupKey names a group.
-type groupKey struct{ model, typ, question, org string }
+// groupKey names a group; from is the first version of a second-stage
+// group, "" for a first-stage one.
+type groupKey struct{ model, typ, question, org, from string }
 
 // grouping is each record's group: its name's group, or its org's.
 type grouping struct {
@@ -151,9 +159,14 @@ func (s *Sample) groups(opts Options, res *Result) *grouping {
 			gs.groupOf[i] = -1
 			continue
 		}
-		gs.groupOf[i] = gs.add(groupKey{n.model, n.typ, "", ""})
-		if own[groupKey{n.model, n.typ, n.question, ""}] {
-			gs.groupOf[i] = gs.add(groupKey{n.model, n.typ, n.question, ""})
+		k := groupKey{model: n.model, typ: n.typ, from: n.from}
+		gs.groupOf[i] = gs.add(k)
+		// A second answer's question has a group of its own exactly where
+		// its first answer's has one, so that each first-stage group has
+		// its second stage (escalate.go).
+		if own[groupKey{model: cmp.Or(n.from, n.model), typ: n.typ, question: n.question}] {
+			k.question = n.question
+			gs.groupOf[i] = gs.add(k)
 		}
 	}
 	if opts.By == ByOrg {
@@ -172,27 +185,27 @@ func (s *Sample) ownQuestions(count []int, minLabels int, res *Result) map[group
 	own := map[groupKey]bool{}
 	types := map[groupKey][]string{} // (model, "", question) -> types
 	for i, n := range s.names {
-		if count[i] == 0 {
-			continue
+		if count[i] == 0 || n.from != "" {
+			continue // second answers follow their first answers' groups
 		}
-		k := groupKey{n.model, "", n.question, ""}
+		k := groupKey{model: n.model, question: n.question}
 		if !slices.Contains(types[k], n.typ) {
 			types[k] = append(types[k], n.typ)
 		}
 	}
 	var notes []string
 	for i, n := range s.names {
-		if count[i] < minLabels || n.question == "" {
+		if count[i] < minLabels || n.question == "" || n.from != "" {
 			continue // an empty id is the type group's key: stays there
 		}
-		if ts := types[groupKey{n.model, "", n.question, ""}]; len(ts) > 1 {
+		if ts := types[groupKey{model: n.model, question: n.question}]; len(ts) > 1 {
 			slices.SortFunc(ts, compareTypes)
 			notes = append(notes, fmt.Sprintf(
 				"question %s of %s is asked as %s: kept in its type groups, since a pin's question threshold applies to every type",
 				quoteNote(n.question), quoteNote(n.model), strings.Join(ts, " and ")))
 			continue
 		}
-		own[groupKey{n.model, n.typ, n.question, ""}] = true
+		own[groupKey{model: n.model, typ: n.typ, question: n.question}] = true
 	}
 	slices.Sort(notes)
 	res.Notes = append(res.Notes, slices.Compact(notes)...)
@@ -209,8 +222,8 @@ func (s *Sample) orgGroups(gs *grouping, minLabels int) {
 	entries := map[seen]map[[2]uint64]bool{}
 	for i := range s.records {
 		r := &s.records[i]
-		if !r.is(audited) || r.is(pending) {
-			continue
+		if !r.is(audited) || r.is(pending) || s.names[r.name].from != "" {
+			continue // the escalate block has no org lines: second answers pool
 		}
 		k := seen{gs.groupOf[r.name], r.org}
 		if entries[k] == nil {
@@ -228,7 +241,7 @@ func (s *Sample) orgGroups(gs *grouping, minLabels int) {
 			continue // "" is the pooled group's key: stays there
 		}
 		tk := gs.keys[k.group]
-		gs.orgGroup[[2]uint32{uint32(k.group), k.org}] = gs.add(groupKey{tk.model, tk.typ, "", org})
+		gs.orgGroup[[2]uint32{uint32(k.group), k.org}] = gs.add(groupKey{model: tk.model, typ: tk.typ, org: org})
 	}
 }
 
@@ -278,7 +291,7 @@ func (s *Sample) walkGroup(k groupKey, records []compactLine, opts Options, meth
 	if k.question != "" {
 		most = 1 // an entry asks a question id once: one question of the group at most
 	}
-	gv := groupView{sample: s, records: prefix, seed: groupSeed(k.model, k.typ, k.question, k.org),
+	gv := groupView{sample: s, records: prefix, seed: groupSeed(k),
 		expect: opts.Expect, maxQuestions: most}
 	var walked Group
 	switch method {
@@ -288,7 +301,8 @@ func (s *Sample) walkGroup(k groupKey, records []compactLine, opts Options, meth
 		walked = gv.walkAnytime(opts.Target, opts.Delta, method == MethodWeighted)
 	}
 	walked.CompleteThrough, walked.WaitingOn = out.CompleteThrough, out.WaitingOn
-	walked.Model, walked.Type, walked.Question, walked.Org = k.model, k.typ, k.question, k.org
+	walked.Model, walked.Type, walked.Question, walked.Org, walked.EscalatedFrom = k.model, k.typ, k.question, k.org, k.from
+	walked.DeltaUsed = opts.Delta
 	walked.lines = make([]uint32, 0, len(records))
 	for _, r := range records {
 		if r.is(pending) {

@@ -86,11 +86,18 @@ func write(t *testing.T, dir, name, text string) string {
 // returns what it wrote to standard output.
 func runVerify(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return runSubcommand(t, "verify", args...)
+}
+
+// runSubcommand runs the subcommand name as the binary registers it, and
+// returns what it wrote to standard output.
+func runSubcommand(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
 	for _, c := range calibrate.Commands(caddyfile.CertificateMismatches) {
-		if c.Name != "verify" {
+		if c.Name != name {
 			continue
 		}
-		cmd := &cobra.Command{Use: "verify", SilenceUsage: true, SilenceErrors: true}
+		cmd := &cobra.Command{Use: name, SilenceUsage: true, SilenceErrors: true}
 		c.CobraFunc(cmd)
 		var out, errOut bytes.Buffer
 		cmd.SetArgs(args)
@@ -99,6 +106,6 @@ func runVerify(t *testing.T, args ...string) (string, error) {
 		err := cmd.Execute()
 		return out.String(), err
 	}
-	t.Fatal("no verify command")
+	t.Fatalf("no %s command", name)
 	return "", nil
 }
