@@ -308,6 +308,15 @@ func modelLabel(g Group) string {
 	return display(g.EscalatedFrom) + " -> " + display(g.Model)
 }
 
+// noteModel names a group's version in a note: quoted, and for second
+// answers "A" -> "B".
+func noteModel(g Group) string {
+	if g.EscalatedFrom == "" {
+		return quoteNote(g.Model)
+	}
+	return quoteNote(g.EscalatedFrom) + " -> " + quoteNote(g.Model)
+}
+
 // stageLine says, under the table, what a second-stage group was
 // calibrated on and at what risk.
 func stageLine(g Group, delta float64) string {

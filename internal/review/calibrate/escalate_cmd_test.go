@@ -27,7 +27,7 @@ func runCalibrate(t *testing.T, args ...string) (string, error) {
 func TestEscalateCertificatesCommands(t *testing.T) {
 	dir := t.TempDir()
 	labels, certs := write(t, dir, "labels.ndjson", calibrate.EscalationExample()), filepath.Join(dir, "certs.jsonl")
-	out, err := runCalibrate(t, "--target", "0.9", "--max-questions", "1", "--correct-within", "0s", "--certificates", certs, labels)
+	out, err := runCalibrate(t, "--target", "0.9", "--max-questions", "1", "--certificates", certs, labels)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestEscalateCertificatesCommands(t *testing.T) {
 	var doc struct {
 		Groups []map[string]any `json:"groups"`
 	}
-	out, err = runCalibrate(t, "--target", "0.9", "--max-questions", "1", "--correct-within", "0s", "--json", labels)
+	out, err = runCalibrate(t, "--target", "0.9", "--max-questions", "1", "--json", labels)
 	if err != nil || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Groups) != 2 {
 		t.Fatalf("--json: %v\n%s", err, out)
 	}

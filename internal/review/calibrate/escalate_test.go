@@ -17,7 +17,7 @@ import (
 // below. The pin in force escalated the questions it answered below 0.6 to
 // service-2.0.0: those entries have a second line (stage 2), whose answers
 // agree but for one in 30 from confidence 0.5 up and one in two below.
-// Labelled an hour before the look (ts), the window 0s.
+// Labelled on 10 January 2026 (ts).
 func escalationExample() string {
 	var b strings.Builder
 	const n = 1500
@@ -28,7 +28,7 @@ func escalationExample() string {
 		if c < 0.5 {
 			agree = step%3 != 0
 		}
-		common := fmt.Sprintf(`"entry":"1764000000000-%d","request_id":"r%d","org":"acme","type":"noul","question":"late","label":true,"audit":true,"reviewer":"ann","ts":"2026-11-26T10:00:00Z"`, i, i)
+		common := fmt.Sprintf(`"entry":"1764000000000-%d","request_id":"r%d","org":"acme","type":"noul","question":"late","label":true,"audit":true,"reviewer":"ann","ts":"2026-01-10T10:00:00Z"`, i, i)
 		fmt.Fprintf(&b, `{%s,"model":"service-1.0.0","confidence":%v,"answer":0.9,"agree":%v,"route":"human"}`+"\n", common, c, agree)
 		if c >= 0.6 {
 			continue
@@ -43,8 +43,7 @@ func escalationExample() string {
 	return b.String()
 }
 
-// exampleResult calibrates the example at target 0.9 (the docs' command:
-// max_questions 1, window 0s), looking a day after its labels.
+// exampleResult calibrates text under exampleOptions.
 func exampleResult(t *testing.T, text string) Result {
 	t.Helper()
 	lines, err := ReadLines(strings.NewReader(text))
@@ -58,11 +57,13 @@ func exampleResult(t *testing.T, text string) Result {
 	return res
 }
 
+// exampleOptions are the docs' command's: target 0.9, one question per
+// entry, the other options their defaults, the look a day after the
+// labels (the command looks now, later still: the same evidence).
 func exampleOptions() Options {
 	opts := DefaultOptions()
-	opts.Target, opts.MaxQuestions, opts.CorrectWithin = 0.9, 1, 0
-	opts.AsOf = time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	opts.Expect = false
+	opts.Target, opts.MaxQuestions = 0.9, 1
+	opts.AsOf = time.Date(2026, 1, 11, 10, 0, 0, 0, time.UTC)
 	return opts
 }
 
@@ -240,3 +241,60 @@ func TestEscalateFragment(t *testing.T) {
 // EscalationExample is escalationExample, for the package's external
 // tests.
 var EscalationExample = escalationExample
+
+// With --by question, a question id with a group of its own has its own
+// group of second answers, calibrated under its own first-stage
+// threshold; with --by org, second answers pool over organizations, each
+// escalated under its organization's threshold.
+func TestSecondStageGrouping(t *testing.T) {
+	var lines []Line
+	for e := range 800 {
+		id := EntryID{Ms: simBase + uint64(e), Set: true}
+		rid := fmt.Sprintf("r%d", e)
+		q, org := "q1", "acme"
+		if e%2 == 1 {
+			q, org = "q2", "globex"
+		}
+		c, agree := 0.8, true
+		if e%4 >= 2 {
+			c, agree = 0.3, e%8 < 4 // half of the low answers wrong
+		}
+		lines = append(lines,
+			Line{Model: "A", Type: "noul", Question: q, Org: org, Confidence: c, HasConfidence: true, Agree: agree, Audit: true, Entry: id, RequestID: rid},
+			Line{Model: "B", EscalatedFrom: "A", Type: "noul", Question: q, Org: org, Confidence: 0.9, HasConfidence: true, Agree: true, Audit: true, Entry: id, RequestID: rid})
+	}
+	for _, by := range []string{ByQuestion, ByOrg} {
+		res, err := Calibrate(lines, Options{Target: 0.9, Delta: 0.05, By: by, MinLabels: 100, MaxQuestions: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, g := range res.Groups {
+			threshold, under := "none", "none"
+			if g.HasThreshold {
+				threshold = FormatThreshold(g.Threshold)
+			}
+			if g.HasUnderThreshold {
+				under = FormatThreshold(g.UnderThreshold)
+			}
+			names = append(names, fmt.Sprintf("%s<%s %s/%s %s under %s: %d", g.Model, g.EscalatedFrom, g.Question, g.Org, threshold, under, g.Labels))
+		}
+		want := map[string][]string{
+			// q1 and q2 have groups of their own at both stages (the type
+			// groups are empty); the second stage's hold the answers
+			// escalated under each question's own threshold (0.31: the
+			// grid's lowest value above the low answers, 0.3): the 200
+			// low ones each, all agreeing at 0.9.
+			ByQuestion: {"A< / none under none: 0", "A< q1/ 0.31 under none: 400", "A< q2/ 0.31 under none: 400",
+				"B<A / none under none: 0", "B<A q1/ 0 under 0.31: 200", "B<A q2/ 0 under 0.31: 200"},
+			// Each org has its own first-stage group, and the pooled one
+			// is empty; the second stage is pooled, each answer escalated
+			// under its org's 0.31, none under the pooled line.
+			ByOrg: {"A< / none under none: 0", "A< /acme 0.31 under none: 400", "A< /globex 0.31 under none: 400",
+				"B<A / 0 under none: 400"},
+		}[by]
+		if strings.Join(names, "\n") != strings.Join(want, "\n") {
+			t.Errorf("--by %s groups:\n%s\nwant\n%s", by, strings.Join(names, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}

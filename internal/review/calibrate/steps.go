@@ -327,7 +327,7 @@ func questionNotes(groups []Group) []string {
 		if tg, ok := typeGroup(groups, q); ok && tg.HasThreshold {
 			notes = append(notes, fmt.Sprintf(
 				"question %s of %s has no threshold of its own, so it takes its type's (%s %s), computed without its labels; run with --by type, or label more of it",
-				quoteNote(q.Question), quoteNote(q.Model), q.Type, FormatThreshold(tg.Threshold)))
+				quoteNote(q.Question), noteModel(q), q.Type, FormatThreshold(tg.Threshold)))
 		}
 	}
 	return notes
