@@ -358,7 +358,8 @@ type shareRow struct {
 // on its yes/no and four-option choice questions: 20 runs of 2,000
 // audited entries each, looking at 1,000 and 2,000, target 0.9, delta
 // 0.05. It fails the test when the union of auto answers falls below the
-// target in more runs than delta + 3 SE.
+// target in more runs than delta + 3 SE, or, as docs/escalation.md says
+// of these runs, in any.
 func escalationShares(t *testing.T) []shareRow {
 	t.Helper()
 	pools, err := simulatorPopulation()
@@ -379,6 +380,9 @@ func escalationShares(t *testing.T) []shareRow {
 			row.alone = aloneRuns(t, pop, target, delta, runs, 2000)
 			if bound := escalationBound(delta, runs); failed > bound {
 				t.Errorf("%s to %s, %s: the union fell below the target in %.3f of runs, above %.3f", row.first, row.second, typ, failed, bound)
+			}
+			if failed > 0 {
+				t.Errorf("%s to %s, %s: the union fell below the target in %.3f of runs; docs/escalation.md says in none", row.first, row.second, typ, failed)
 			}
 			t.Logf("| %s | %s | %s | %.0f%% | %.0f%% | (union below target in %.3f of runs)", row.first, row.second, typ, 100*row.alone, 100*row.escalated, failed)
 			rows = append(rows, row)
