@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/systemone/systemone-gateway/handlers"
@@ -78,6 +79,24 @@ func TestUnmarshal(t *testing.T) {
 			t.Errorf("local_allowance%s: %+v", input, a)
 		}
 	}
+	// The modes: off alone, adaptive and always with the optional share
+	// and interval after them.
+	for input, want := range map[string]limits.LocalAllowance{
+		" off":            {Mode: limits.AllowanceOff},
+		" adaptive":       {Mode: limits.AllowanceAdaptive},
+		" adaptive 5% 1s": {Mode: limits.AllowanceAdaptive, Share: ptr(0.05), Interval: caddy.Duration(time.Second)},
+		" always 3%":      {Mode: limits.AllowanceAlways, Share: ptr(0.03)},
+	} {
+		h2, err := parseString(t, "systemone {\n limits {\n local_allowance"+input+"\n }\n}")
+		if err != nil {
+			t.Errorf("local_allowance%s: %v", input, err)
+			continue
+		}
+		a := h2.Limits.LocalAllowance
+		if a == nil || a.Mode != want.Mode || (a.Share == nil) != (want.Share == nil) || want.Share != nil && *a.Share != *want.Share || a.Interval != want.Interval {
+			t.Errorf("local_allowance%s: %+v, want %+v", input, a, want)
+		}
+	}
 	if *l.Budget != (limits.Budget{Yuan: 5_000_000_000, Per: limits.PerMonth}) || *l.Price != 50_000_000 || l.BudgetTimezone != "Europe/Berlin" ||
 		*l.Orgs["acme"].Budget != (limits.Budget{Yuan: 2_500_000_000, Per: limits.PerDay}) {
 		t.Errorf("budgets %+v %v %+v", l.Budget, l.Price, l.Orgs["acme"].Budget)
@@ -145,6 +164,8 @@ func TestUnmarshalErrors(t *testing.T) {
 		"systemone {\n limits {\n local_allowance 60%\n }\n}":                                       "local_allowance share 60%: want more than 0% and at most 50%",
 		"systemone {\n limits {\n local_allowance 0%\n }\n}":                                        "want more than 0% and at most 50%",
 		"systemone {\n limits {\n local_allowance 2\n }\n}":                                         "want a percentage such as 2%",
+		"systemone {\n limits {\n local_allowance off 2%\n }\n}":                                    "local_allowance off takes no share or interval",
+		"systemone {\n limits {\n local_allowance adaptive 2\n }\n}":                                "want a percentage such as 2%",
 		"systemone {\n limits {\n local_allowance 2% 11s\n }\n}":                                    "local_allowance interval 11s: want 1ms to 10s",
 		"systemone {\n limits {\n local_allowance 2% 500us\n }\n}":                                  "local_allowance interval 500µs: want 1ms to 10s",
 		"systemone {\n limits {\n local_allowance 2% 0s\n }\n}":                                     "local_allowance interval must not be 0",

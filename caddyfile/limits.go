@@ -124,15 +124,25 @@ func amount(d *caddyfile.Dispenser) (limits.Yuan, string, error) {
 	return y, v, nil
 }
 
-// allowanceArgs reads `local_allowance [<share>% [<interval>]]`,
-// placeholders resolved; package limits checks the ranges and supplies the
-// defaults of what is left out.
+// allowanceArgs reads `local_allowance off` or `local_allowance
+// [always|adaptive] [<share>% [<interval>]]`, placeholders resolved;
+// package limits checks the ranges and supplies the defaults of what is
+// left out.
 func allowanceArgs(d *caddyfile.Dispenser) (*limits.LocalAllowance, error) {
 	a := new(limits.LocalAllowance)
 	if !d.NextArg() {
 		return a, nil
 	}
 	v := caddy.NewReplacer().ReplaceAll(d.Val(), "")
+	switch v {
+	case limits.AllowanceOff, limits.AllowanceAdaptive, limits.AllowanceAlways:
+		// The mode; a share after off is Validate's error.
+		a.Mode = v
+		if !d.NextArg() {
+			return a, nil
+		}
+		v = caddy.NewReplacer().ReplaceAll(d.Val(), "")
+	}
 	num, isPercent := strings.CutSuffix(v, "%")
 	f, err := strconv.ParseFloat(num, 64)
 	if !isPercent || err != nil {

@@ -20,7 +20,8 @@ func TestPooledBodyLastUserReleases(t *testing.T) {
 			t.Fatal(err)
 		}
 		check := b.retain()
-		up := newUpstreamBody(b)
+		up := new(upstreamBody)
+		up.init(b)
 		var wg sync.WaitGroup
 		wg.Add(3)
 		go func() { // the transport: reads, and closes while another read may run

@@ -74,6 +74,7 @@ func (h *Handler) answerFromCache(w http.ResponseWriter, r *http.Request, x *exc
 	setOrDelete(hdr, "Content-Encoding", coding)
 	setOrDelete(hdr, "X-Request-Id", a.RequestID)
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	dropHeaders(hdr, h.ownedPrefixes) // the gateway's namespaces carry only its own
 	h.readAnswer(r.Context(), x, hdr, a.Status, body)
 	if x.esc.body != nil {
 		body = x.esc.body // escalated as a fresh answer is

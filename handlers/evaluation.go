@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -10,8 +9,10 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 
 	"github.com/systemone/systemone-gateway/evaluation"
+	"github.com/systemone/systemone-gateway/internal/headerset"
 	"github.com/systemone/systemone-gateway/policy/breaker"
 	"github.com/systemone/systemone-gateway/policy/cache"
 	"github.com/systemone/systemone-gateway/policy/guardrails"
@@ -57,7 +58,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	// per-minute limit is refused before its body is read.
 	if h.limiter != nil {
 		if d, over := h.limiter.KnownOver(x.org); over {
-			x.limits = &d
+			x.setLimits(d)
 			if r.ProtoMajor == 1 && (r.ContentLength < 0 || r.ContentLength > maxDrainedBody) {
 				// Or net/http would read (up to 256 KiB of) the body the
 				// refusal exists not to read, to keep the connection. A
@@ -73,8 +74,7 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	if err != nil {
 		// The body broke off mid-read. It still counts one request.
 		if h.limiter != nil {
-			d := h.limiter.AdmitRequest(r.Context(), x.org)
-			x.limits = &d
+			x.setLimits(h.limiter.AdmitRequest(r.Context(), x.org))
 		}
 		if r.Context().Err() != nil {
 			return x.answer(w, answer{status: statusClientClosed})
@@ -102,15 +102,14 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 	// answers from the cache counts one request and carries the headers of
 	// that admission.
 	if h.limiter != nil {
-		var d limits.Decision
-		if refusal == nil && x.cached == nil {
-			d = h.admit(r.Context(), x, true, x.req.EstimatedTokens)
-			defer func() { h.settle(x, d) }()
+		forward := refusal == nil && x.cached == nil
+		if forward {
+			x.setLimits(h.admit(r.Context(), x, true, x.req.EstimatedTokens))
+			defer h.settle(x, x.decision)
 		} else {
-			d = h.admit(r.Context(), x, false, 0)
+			x.setLimits(h.admit(r.Context(), x, false, 0))
 		}
-		x.limits = &d
-		if a, refused := limitAnswer(d); refused {
+		if a, refused := limitAnswer(x.decision); refused {
 			return x.answer(w, a)
 		}
 	}
@@ -137,11 +136,10 @@ func (h *Handler) serveEvaluation(w http.ResponseWriter, r *http.Request, next c
 // gateway's answer for a body it refuses (413, 422), or an error when the
 // client went away mid-body.
 func (h *Handler) inspect(r *http.Request, x *exchange) (*answer, error) {
-	tooLarge := &answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)}
 	body, err := readBody(r, h.MaxBody)
 	switch {
 	case errors.Is(err, errTooLarge):
-		return tooLarge, nil
+		return tooLargeAnswer(), nil
 	case err != nil:
 		return nil, err
 	}
@@ -152,7 +150,7 @@ func (h *Handler) inspect(r *http.Request, x *exchange) (*answer, error) {
 	text, err := decodeBody(r.Header, body.bytes(), h.MaxBody)
 	switch {
 	case errors.Is(err, errTooLarge):
-		return tooLarge, nil
+		return tooLargeAnswer(), nil
 	case err != nil:
 		text = body.bytes()
 	}
@@ -164,6 +162,11 @@ func (h *Handler) inspect(r *http.Request, x *exchange) (*answer, error) {
 	}
 	x.req, x.text = req, text
 	return nil, nil
+}
+
+// tooLargeAnswer is the 413 for a body over max_body.
+func tooLargeAnswer() *answer {
+	return &answer{status: http.StatusRequestEntityTooLarge, reason: rejectTooLarge, body: []byte(bodyTooLarge)}
 }
 
 // startCheck starts the guardrails check of the request's state. A
@@ -191,103 +194,6 @@ func (h *Handler) startCheck(ctx context.Context, x *exchange) {
 	}()
 }
 
-// forward hands the request to the upstream and reads its answer on the way
-// back. With a parallel guardrails check, the answer is held until the
-// verdict is in, and dropped if the verdict refuses the request.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, x *exchange) error {
-	// What to restore if none of the upstream's response reaches the client
-	// (a parallel verdict refused it, or it broke off before the commit).
-	before := w.Header().Clone()
-	var serveErr error           // next's error, known when a whole 200 is committed
-	var committing time.Duration // the gateway's own work inside the upstream call
-	var rec *interceptor
-	commit := func(status int, raw []byte) bool {
-		from := h.now()
-		defer func() { committing += h.now().Sub(from) }()
-		if _, refused := x.refusedByVerdict(); refused {
-			if status == http.StatusOK {
-				x.readUsage(w.Header(), raw) // billed all the same
-			}
-			return false
-		}
-		h.readAnswer(r.Context(), x, w.Header(), status, raw)
-		if h.cache != nil && serveErr == nil {
-			h.recordAnswer(r.Context(), x, w.Header(), status, raw) // the upstream's, escalated afresh on a hit
-		}
-		rec.replacement = x.esc.body
-		return true
-	}
-
-	respBuf := buffers.Get().(*bytes.Buffer)
-	respBuf.Reset()
-	defer buffers.Put(respBuf)
-	rec = newInterceptor(w, respBuf, maxResponseBuffer, h.ownedPrefixes, commit)
-	// The identical requests waiting for this one answer its failure too.
-	rec.holdFailures = x.lookup.Leads()
-
-	body := newUpstreamBody(x.body)
-	r.Body = body
-	x.forwarded = true
-	if h.cache != nil {
-		x.cache = cacheMiss
-	}
-	started := h.now()
-	call := startUpstreamCall(r.Context(), x, x.req.ModelOrDefault())
-	defer func() {
-		// An answer that broke off after part of it reached the client
-		// aborts the handler (the connection must break). The upstream's
-		// failure when the upstream broke it: logged as one, counted by
-		// the breaker, not billed; the client's doing when the client
-		// went away: 499, billed (the upstream billed its 200).
-		if rec.brokeOff {
-			x.status, x.upstream, x.upstreamStatus = http.StatusBadGateway, h.now().Sub(started), 0
-			cause := errIncompleteResponse
-			if rec.clientGone {
-				x.status, x.upstreamStatus, cause = statusClientClosed, rec.upstreamStatus, context.Canceled
-			}
-			if x.ticket != nil {
-				x.ticket.Done(x.status, cause)
-			}
-		}
-		call.end(x.callResult(rec, serveErr))
-	}()
-	err := rec.serve(next, r)
-	serveErr = err
-	// reverse_proxy may never close a body it did not read (a dial
-	// failure): the handler's reference then goes back here.
-	_ = body.Close()
-	sent := rec.finish()
-	x.upstream = h.now().Sub(started)
-	x.waited += x.upstream - committing
-	x.upstreamStatus = rec.upstreamStatus
-	if x.ticket != nil {
-		x.ticket.Done(rec.status, err)
-	}
-	if sent {
-		dropTrailers(w.Header(), h.ownedPrefixes)
-		x.status = rec.status
-		return err
-	}
-
-	// None of the upstream's response reached the client: nor do the
-	// headers it left behind (a response that broke off mid-body).
-	replaceHeader(w.Header(), before)
-	// The verdict still decides whether the client hears of the refusal or
-	// of the upstream's answer or failure.
-	if a, refused := x.refusedByVerdict(); refused {
-		return x.answer(w, a)
-	}
-	if rec.clientGone || errorStatus(err) == statusClientClosed {
-		// The client went away: nobody is left to answer.
-		x.status = statusClientClosed
-		return err
-	}
-	x.upstreamErr = err
-	failure := upstreamFailure(err)
-	h.shareFailure(x, failure)
-	return x.answer(w, failure)
-}
-
 // readAnswer reads what the gateway needs of the upstream's response and
 // adds its headers, just before the response goes to the client.
 func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Header, status int, raw []byte) {
@@ -296,9 +202,11 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 	defer func() { endReadAnswer(span, x, status, len(raw), resp != nil) }()
 	x.requestID = header.Get("X-Request-Id")
 	// The upstream's headers pass unchanged, except in the namespaces of
-	// the policies that are on, where only the gateway's may appear.
-	dropHeaders(header, h.ownedPrefixes)
-	x.setHeaders(header)
+	// the policies that are on, where only the gateway's may appear: the
+	// interceptor (or the cache's answer) dropped the others already.
+	// The gateway's fields are gathered, and written at once at the end.
+	defer x.hdr.WriteTo(header)
+	x.addHeaders()
 
 	switch status {
 	case http.StatusOK:
@@ -316,21 +224,22 @@ func (h *Handler) readAnswer(ctx context.Context, x *exchange, header http.Heade
 				x.usage, x.hasUsage = resp.InputTokens, resp.HasUsage
 			}
 		}
-		x.setBudgetHeaders(header)
+		x.addBudgetHeaders()
 		if h.router != nil {
-			d := h.router.Decide(x.req.Questions, resp, x.routeSignal())
-			x.route = &d
-			h.escalate(ctx, x, &d, header, text)
+			x.routeDecision = h.router.Decide(x.req.Questions, resp, x.routeSignal())
+			d := &x.routeDecision
+			x.route = d
+			h.escalate(ctx, x, d, header, text)
 			if x.esc.body != nil {
 				text = x.esc.body // what the client gets, and its review entry holds
 			}
-			d.SetHeaders(header)
+			d.AddHeaders(&x.hdr)
 			// The router queues human routes and the audit's draw; it
 			// copies the bodies only with include_content. A hit is
 			// neither queued nor drawn: its answer was, once, when it
 			// was stored.
 			if x.cache != cacheHit {
-				h.router.Enqueue(ctx, d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text, Replay: x.replay})
+				h.router.Enqueue(ctx, *d, route.Meta{RequestID: x.requestID, Org: x.org, Request: x.text, Response: text, Replay: x.replay})
 			}
 		}
 	case http.StatusTooManyRequests:
@@ -362,16 +271,6 @@ func retryAfter(h http.Header) time.Duration {
 	return time.Duration(secs * float64(time.Second))
 }
 
-// replaceHeader makes h hold exactly the fields of want.
-func replaceHeader(h, want http.Header) {
-	for k := range h {
-		delete(h, k)
-	}
-	for k, v := range want {
-		h[k] = v
-	}
-}
-
 // exchange is one evaluation request on its way through the gateway: what
 // the policies decided, and what its log entry reports.
 type exchange struct {
@@ -386,12 +285,17 @@ type exchange struct {
 	reject    string
 	forwarded bool
 
-	ticket        *breaker.Ticket
-	breakerState  string
-	limits        *limits.Decision
-	pending       <-chan guardrails.Verdict // the guardrails check under way
-	verdict       *guardrails.Verdict       // its verdict, once taken; nil when the client left first
-	verdictTaken  bool
+	ticket       *breaker.Ticket
+	breakerState string
+	limits       *limits.Decision
+	pending      <-chan guardrails.Verdict // the guardrails check under way
+	verdict      *guardrails.Verdict       // its verdict, once taken; nil when the client left first
+	verdictTaken bool
+	// decision, routeDecision and verdictValue hold what limits, route
+	// and verdict point to, inside the exchange's one allocation.
+	decision      limits.Decision
+	routeDecision route.Decision
+	verdictValue  guardrails.Verdict
 	route         *route.Decision
 	lookup        *cache.Lookup // what the answer cache found, before the admission; nil when it was not asked
 	cached        *cache.Answer // the answer the cache holds for the request, found before the admission
@@ -409,12 +313,25 @@ type exchange struct {
 	replay         bool       // X-Systemone-Replay: 1, never queued nor audited
 	genAI          genAIUsage // the tokens of its upstream calls, for the trace
 	esc            escalation
+	fwd            forwarding // the upstream step
+	// hdr gathers the gateway's fields of the response, written at once
+	// (one string and one backing array for their values).
+	hdr headerset.Set
+	// log and logField are the request's log entry (see record).
+	log      logEntry
+	logField [1]zap.Field
 
 	// now is the handler's clock; waited is how long the request waited
 	// for the upstream and the guardrails service, so that the rest of
 	// its time is the gateway's own work (its overhead).
 	now    func() time.Time
 	waited time.Duration
+}
+
+// setLimits records the request's admission.
+func (x *exchange) setLimits(d limits.Decision) {
+	x.decision = d
+	x.limits = &x.decision
 }
 
 // answer writes the gateway's own answer, with the headers it owes. The
@@ -426,7 +343,8 @@ func (x *exchange) answer(w http.ResponseWriter, a answer) error {
 	}
 	x.status, x.reject = a.status, a.reason
 	dropHeaders(w.Header(), allGatewayPrefixes)
-	x.setHeaders(w.Header())
+	x.addHeaders()
+	x.hdr.WriteTo(w.Header())
 	a.write(w)
 	return nil
 }
@@ -440,22 +358,22 @@ func (x *exchange) refuse(w http.ResponseWriter, a answer) error {
 	return nil
 }
 
-// setHeaders adds the rate-limit, budget and guardrails headers the
-// exchange has. The guardrails headers go on every forwarded request's
-// answer: the upstream's, or the gateway's when the upstream failed; not
-// on a refusal.
-func (x *exchange) setHeaders(h http.Header) {
+// addHeaders adds the rate-limit, budget and guardrails headers the
+// exchange has to its fields (x.hdr), for the caller to write. The
+// guardrails headers go on every forwarded request's answer: the
+// upstream's, or the gateway's when the upstream failed; not on a refusal.
+func (x *exchange) addHeaders() {
 	if x.limits != nil {
-		x.limits.SetHeaders(h)
+		x.limits.AddRateLimitHeaders(&x.hdr)
 		// What the request was billed, if anything (a 200 that a
 		// parallel verdict kept from the client).
-		x.limits.Budget.SetHeaders(h, x.limits.Cost(x.billedTokens()))
+		x.limits.Budget.AddHeaders(&x.hdr, x.limits.Cost(x.billedTokens()))
 	}
 	if x.verdict != nil && (x.reject == "" || x.reject == rejectUpstreamError) {
-		x.verdict.SetHeaders(h)
+		x.verdict.AddHeaders(&x.hdr)
 	}
 	if x.cache != "" {
-		h.Set(headerCache, x.cache)
+		x.hdr.Add(headerCache, x.cache)
 	}
 }
 
@@ -469,9 +387,9 @@ func (x *exchange) refusedByVerdict() (answer, bool) {
 	}
 	if !x.verdictTaken {
 		asked := x.now()
-		v := <-x.pending
+		x.verdictValue = <-x.pending
 		x.waited += x.now().Sub(asked) // none for a sequential check, done already
-		x.verdict, x.verdictTaken = &v, true
+		x.verdict, x.verdictTaken = &x.verdictValue, true
 	}
 	if x.verdict == nil {
 		return answer{status: statusClientClosed}, true // see below

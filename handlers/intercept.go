@@ -9,14 +9,17 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// commitFunc is called once, just before the first byte of the upstream's
-// response would reach the client, with the response's status and — for a
-// 200 (or a held 5xx) whose body fit the buffering bound — the whole body as
-// the upstream sent it (body is nil otherwise). It adds the gateway's headers to the
-// response headers, and returns false to discard the upstream's response
-// (a parallel guardrails check that blocked), in which case the handler
-// answers instead.
-type commitFunc func(status int, body []byte) (keep bool)
+// committer's commit is called once, just before the first byte of the
+// upstream's response would reach the client, with the response's status
+// and — for a 200 (or a held 5xx) whose body fit the buffering bound — the
+// whole body as the upstream sent it (body is nil otherwise). The header
+// holds none of the upstream's fields in the gateway's namespaces by then.
+// It adds the gateway's headers to the response headers, and returns false
+// to discard the upstream's response (a parallel guardrails check that
+// blocked), in which case the handler answers instead.
+type committer interface {
+	commit(status int, body []byte) (keep bool)
+}
 
 // interceptor holds back an upstream response until the gateway has read
 // what it needs from it and added its headers, then passes the upstream's
@@ -25,8 +28,8 @@ type commitFunc func(status int, body []byte) (keep bool)
 type interceptor struct {
 	w      http.ResponseWriter
 	limit  int
-	owned  []string // header namespaces no informational response may carry
-	commit commitFunc
+	owned  []string // the gateway's header namespaces: the upstream's fields in them are dropped
+	commit committer
 	buf    *bytes.Buffer
 	// holdFailures buffers a 5xx as a 200 is, so that its whole body
 	// reaches the commit (the requests waiting for this one answer it).
@@ -39,13 +42,11 @@ type interceptor struct {
 	upstreamStatus int  // the status the upstream wrote, kept when its response is dropped
 	wroteHeader    bool // the upstream wrote its header
 	committed      bool // the client has the header
+	serving        bool // next is running
+	streamed       bool // committed while next was running: trailers may come after
 	discard        bool // commit said to drop the upstream's response
 	brokeOff       bool // the response broke off after part of it reached the client
 	clientGone     bool // the client went away (reverse_proxy's 499, or an abort on a cancelled request)
-}
-
-func newInterceptor(w http.ResponseWriter, buf *bytes.Buffer, limit int, owned []string, commit commitFunc) *interceptor {
-	return &interceptor{w: w, buf: buf, limit: limit, owned: owned, commit: commit}
 }
 
 // errIncompleteResponse is an upstream response that broke off before its
@@ -63,7 +64,9 @@ var errIncompleteResponse = errors.New("upstream response broke off before its e
 // connection. Once the client has part of the response, the abort goes on:
 // the connection must break so that the client sees it is incomplete.
 func (i *interceptor) serve(next caddyhttp.Handler, r *http.Request) (err error) {
+	i.serving = true
 	defer func() {
+		i.serving = false
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler || i.committed {
 				i.brokeOff = v == http.ErrAbortHandler
@@ -134,17 +137,18 @@ func (i *interceptor) Write(p []byte) (int, error) {
 }
 
 // flushOut commits the header (body is what the gateway could read) and
-// sends what was buffered.
+// sends what was buffered. The upstream's fields and trailers in the
+// gateway's namespaces are dropped first, in one pass over the header.
 func (i *interceptor) flushOut(body []byte) {
 	if i.committed || i.discard {
 		return
 	}
-	if !i.commit(i.status, body) {
+	dropOwned(i.w.Header(), i.owned)
+	if !i.commit.commit(i.status, body) {
 		i.discard = true
 		return
 	}
-	i.committed = true
-	dropTrailers(i.w.Header(), i.owned)
+	i.committed, i.streamed = true, i.serving
 	i.w.WriteHeader(i.status)
 	if i.replacement != nil {
 		_, _ = i.w.Write(i.replacement)
@@ -187,6 +191,35 @@ func (i *interceptor) Unwrap() http.ResponseWriter { return i.w }
 // declaration is cleaned before the header is written, the prefixed keys
 // again once the response is done.
 func dropTrailers(h http.Header, prefixes []string) {
+	dropDeclaredTrailers(h, prefixes)
+	for name := range h {
+		if ownedTrailer(name, prefixes) {
+			delete(h, name)
+		}
+	}
+}
+
+// dropOwned removes, in one pass over h, the fields in the given
+// namespaces and the trailers in them (see dropTrailers).
+func dropOwned(h http.Header, prefixes []string) {
+	dropDeclaredTrailers(h, prefixes)
+	for name := range h {
+		if inNamespaces(name, prefixes) || ownedTrailer(name, prefixes) {
+			delete(h, name)
+		}
+	}
+}
+
+// ownedTrailer reports whether name is a trailer (http.TrailerPrefix) in
+// the given namespaces.
+func ownedTrailer(name string, prefixes []string) bool {
+	t, ok := strings.CutPrefix(name, http.TrailerPrefix)
+	return ok && inNamespaces(http.CanonicalHeaderKey(t), prefixes)
+}
+
+// dropDeclaredTrailers removes the names in the given namespaces from the
+// Trailer declaration.
+func dropDeclaredTrailers(h http.Header, prefixes []string) {
 	if declared, ok := h["Trailer"]; ok {
 		var keep []string
 		dropped := false
@@ -207,11 +240,6 @@ func dropTrailers(h http.Header, prefixes []string) {
 			h["Trailer"] = []string{strings.Join(keep, ", ")}
 		}
 	}
-	for name := range h {
-		if t, ok := strings.CutPrefix(name, http.TrailerPrefix); ok && inNamespaces(http.CanonicalHeaderKey(t), prefixes) {
-			delete(h, name)
-		}
-	}
 }
 
 // headerGuard is the response writer for requests other than evaluations,
@@ -226,8 +254,7 @@ type headerGuard struct {
 
 func (g *headerGuard) WriteHeader(status int) {
 	if !g.wrote {
-		dropHeaders(g.Header(), g.owned)
-		dropTrailers(g.Header(), g.owned)
+		dropOwned(g.Header(), g.owned)
 		g.wrote = status >= 200
 	}
 	g.ResponseWriter.WriteHeader(status)

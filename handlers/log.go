@@ -29,16 +29,18 @@ func (h *Handler) record(x *exchange) {
 	x.annotateGenAI()
 
 	if ce := h.logger.Check(zapcore.InfoLevel, "systemone request"); ce != nil {
-		// One inline object instead of a field list: the encoder is
-		// handed the values directly, with nothing allocated to carry
-		// them.
-		ce.Write(zap.Inline(logEntry{x: x, breakerState: breakerState, total: total, overhead: overhead}))
+		// The exchange itself is the entry, one inline object in a field
+		// array of its own: the logger's encoder (Caddy's configured
+		// one) is handed the values directly, each encoded once, with
+		// nothing allocated to carry them.
+		x.log = logEntry{breakerState: breakerState, total: total, overhead: overhead}
+		x.logField[0] = zap.Inline(x)
+		ce.Write(x.logField[:]...)
 	}
 }
 
-// logEntry is the fields of a request's log entry, in the contract's order.
+// logEntry is what a request's log entry reports beside the exchange.
 type logEntry struct {
-	x            *exchange
 	breakerState string
 	// total is the request's time in the handler; overhead is the part of
 	// it the gateway worked, not waiting for the upstream or the
@@ -46,9 +48,10 @@ type logEntry struct {
 	total, overhead time.Duration
 }
 
-// MarshalLogObject implements zapcore.ObjectMarshaler.
-func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	x := e.x
+// MarshalLogObject implements zapcore.ObjectMarshaler: the fields of the
+// request's log entry, in the contract's order.
+func (x *exchange) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	e := &x.log
 	var modelRequested, routeName, routeReason, routeCertificates string
 	if x.req != nil {
 		modelRequested = x.req.ModelOrDefault()
@@ -69,7 +72,10 @@ func (e logEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	addFloatOrNull(enc, "min_confidence", x.route != nil && x.route.HasMinConfidence, func() float64 { return x.route.MinConfidence })
 	var risk, action, categories string
 	if v := x.verdict; v != nil {
-		risk, action, categories = v.Risk, v.Action, strings.Join(v.Categories, ",")
+		risk, action = v.Risk, v.Action
+		if len(v.Categories) > 0 {
+			categories = strings.Join(v.Categories, ",")
+		}
 	}
 	enc.AddString("guardrails_risk", risk)
 	enc.AddString("guardrails_action", action)

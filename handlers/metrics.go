@@ -201,7 +201,7 @@ func (m *metrics) observe(x *exchange, org string, overhead time.Duration) {
 	if x.route != nil {
 		routeName = x.route.Route
 	}
-	m.requests.WithLabelValues(outcome, strconv.Itoa(x.status), routeName, org).Inc()
+	m.requests.WithLabelValues(outcome, statusLabel(x.status), routeName, org).Inc()
 	if v := x.verdict; v != nil {
 		m.guardrails.WithLabelValues(v.Risk, v.Action, org).Inc()
 	}
@@ -226,6 +226,23 @@ func (m *metrics) observe(x *exchange, org string, overhead time.Duration) {
 	if x.cache != "" {
 		m.cacheRequests.WithLabelValues(x.cache).Inc()
 	}
+}
+
+// statusLabels are the statuses 100 to 599 in decimal, so that labelling a
+// request's status allocates nothing.
+var statusLabels = func() (s [500]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(100 + i)
+	}
+	return s
+}()
+
+// statusLabel is status in decimal.
+func statusLabel(status int) string {
+	if status >= 100 && status < 600 {
+		return statusLabels[status-100]
+	}
+	return strconv.Itoa(status)
 }
 
 // orgLabel is the org label of a request's metrics. Without

@@ -56,18 +56,18 @@ func (x *exchange) readUsage(header http.Header, raw []byte) {
 	}
 }
 
-// setBudgetHeaders sets the X-Budget-* headers of a 200 about to go to the
+// addBudgetHeaders adds the X-Budget-* headers of a 200 about to go to the
 // client, once its usage is read: the remaining budget after its real cost.
 // (The upstream status is not recorded yet, so billedTokens cannot say.)
-func (x *exchange) setBudgetHeaders(h http.Header) {
+func (x *exchange) addBudgetHeaders() {
 	if x.limits == nil || x.limits.Budget.Limit == 0 || x.req == nil || x.cache == cacheHit {
-		return // a hit is billed nothing: setHeaders said so
+		return // a hit is billed nothing: addHeaders said so
 	}
 	tokens := x.req.EstimatedTokens
 	if x.hasUsage {
 		tokens = x.usage
 	}
-	x.limits.Budget.SetHeaders(h, x.limits.Cost(tokens))
+	x.limits.Budget.AddHeaders(&x.hdr, x.limits.Cost(tokens))
 }
 
 // costYuan is what the upstream's usage cost, at the limits' price (0.042

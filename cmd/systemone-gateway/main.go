@@ -43,6 +43,7 @@ https://caddyserver.com/docs/command-line
 `
 
 func main() {
+	setMemoryDefaults()
 	// The help and messages name this binary, not "caddy".
 	caddy.CustomBinaryName = cli.Binary
 	caddy.CustomLongDescription = longDescription

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/systemone/systemone-gateway/internal/headerset"
 )
 
 // Risk Levels as the contract names them.
@@ -143,19 +145,35 @@ const (
 // the upstream never passes as the gateway's. For a verdict that is not
 // forwarded (block, unavailable) all three are deleted.
 func (v Verdict) SetHeaders(h http.Header) {
+	var s headerset.Set
+	v.AddHeaders(&s)
+	s.WriteTo(h)
+}
+
+// AddHeaders adds what SetHeaders writes to s, which the handler writes
+// with the response's other fields of the gateway at once.
+func (v Verdict) AddHeaders(s *headerset.Set) {
 	if !v.Forward() {
-		h.Del(HeaderRisk)
-		h.Del(HeaderAction)
-		h.Del(HeaderCategories)
+		s.Del(HeaderRisk)
+		s.Del(HeaderAction)
+		s.Del(HeaderCategories)
 		return
 	}
-	h.Set(HeaderRisk, v.Risk)
-	h.Set(HeaderAction, v.Action)
+	s.Add(HeaderRisk, v.Risk)
+	s.Add(HeaderAction, v.Action)
 	if len(v.Categories) == 0 {
-		h.Del(HeaderCategories)
-	} else {
-		h.Set(HeaderCategories, strings.Join(v.Categories, ","))
+		s.Del(HeaderCategories)
+		return
 	}
+	var buf [256]byte
+	joined := buf[:0]
+	for i, c := range v.Categories {
+		if i > 0 {
+			joined = append(joined, ',')
+		}
+		joined = append(joined, c...)
+	}
+	s.AddBytes(HeaderCategories, joined)
 }
 
 // BlockedBody returns the body of the 400 guardrails_blocked answer:

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/systemone/systemone-gateway/internal/headerset"
 	"github.com/systemone/systemone-gateway/policy/limits/store"
 )
 
@@ -300,16 +301,24 @@ const (
 // decimals, the reset in RFC 3339. It sets none when no budget applies, and
 // omits X-Budget-Remaining when it is unknown.
 func (s Spend) SetHeaders(h http.Header, charge Yuan) {
+	var set headerset.Set
+	s.AddHeaders(&set, charge)
+	set.WriteTo(h)
+}
+
+// AddHeaders adds what SetHeaders sets to set.
+func (s Spend) AddHeaders(set *headerset.Set, charge Yuan) {
 	if s.Limit == 0 {
 		return
 	}
-	h.Set(HeaderBudgetLimit, s.Limit.format(2, 6))
+	set.Add(HeaderBudgetLimit, s.Limit.format(2, 6))
 	if left, ok := s.Remaining(charge); ok {
-		h.Set(HeaderBudgetRemaining, left.format(2, 6))
+		set.Add(HeaderBudgetRemaining, left.format(2, 6))
 	} else {
-		h.Del(HeaderBudgetRemaining)
+		set.Del(HeaderBudgetRemaining)
 	}
-	h.Set(HeaderBudgetReset, s.Reset.Format(time.RFC3339))
+	var buf [len(time.RFC3339) + 8]byte
+	set.AddBytes(HeaderBudgetReset, s.Reset.AppendFormat(buf[:0], time.RFC3339))
 }
 
 // Float is y in yuan, for logs and metrics.

@@ -44,8 +44,11 @@ type Config struct {
 	// LocalAllowance, with Redis, lets each instance admit an
 	// organization's requests from a slice of its buckets taken from Redis
 	// beforehand, without a round trip per request (see LocalAllowance).
-	// Default off: every admission is one exact Redis round trip.
-	// Organizations with a budget always get exact admission.
+	// Default (unset): the adaptive mode with a 2% share and a 100ms
+	// interval, which leases only organizations admitted fast against
+	// limits large enough; every other admission is one exact Redis round
+	// trip. Mode "off" makes every admission exact. Organizations with a
+	// budget always get exact admission.
 	LocalAllowance *LocalAllowance `json:"local_allowance,omitempty"`
 }
 
@@ -56,6 +59,15 @@ type Config struct {
 // (N-1)*slice + min(slice, rate*Interval) units more than exact admission
 // over any window (see docs/limits.md, "Local allowance").
 type LocalAllowance struct {
+	// Mode is "always" (the default for a local_allowance that is set:
+	// every organization without a budget is leased, a requests slice
+	// being at least one request), "adaptive" (the default when
+	// local_allowance is unset: an organization is leased only while this
+	// instance admits at least 8 of its requests per interval and a slice
+	// pays at least 8 of them; see docs/limits.md, "Adaptive allowance")
+	// or "off" (every admission exact, one round trip; no share or
+	// interval then).
+	Mode string `json:"mode,omitempty"`
 	// Share is the part of each bucket's capacity one lease takes, as a
 	// fraction: more than 0, at most 0.5. Default 0.02 (2%). A requests
 	// slice is at least one request.
@@ -87,6 +99,11 @@ const (
 	// local_allowance defaults.
 	DefaultAllowanceShare    = 0.02
 	DefaultAllowanceInterval = 100 * time.Millisecond
+	// AllowanceAlways, AllowanceAdaptive and AllowanceOff are the values
+	// of LocalAllowance.Mode.
+	AllowanceAlways   = "always"
+	AllowanceAdaptive = "adaptive"
+	AllowanceOff      = "off"
 	// maxAllowanceShare keeps a lease to half a bucket: two instances can
 	// always lease at once.
 	maxAllowanceShare    = 0.5
@@ -114,9 +131,9 @@ const maxLimit = 10_000_000
 // token_burst wherever tokens_per_second is on), the budgets (0 to
 // 1,000,000 yuan, at most 6 decimals, per day or month), the price and the
 // time zone, each org override setting something, and local_allowance (a
-// share above 0% and at most 50%, an
-// interval of 1ms to 10s). A Caddyfile reports its errors as they are, after
-// the block's name.
+// mode of always, adaptive or off; a share above 0% and at most 50% and an
+// interval of 1ms to 10s, neither with off). A Caddyfile reports its
+// errors as they are, after the block's name.
 func (c Config) Validate() error {
 	if c.OnStoreError != "" && !slices.Contains(storeErrorModes, c.OnStoreError) {
 		return fmt.Errorf("on_store_error %q: want local, allow or deny", c.OnStoreError)
@@ -201,8 +218,19 @@ func (o Override) apply(base orgLimits) (orgLimits, error) {
 	return l, nil
 }
 
-// validate checks the share and the interval; unset ones take defaults.
+// validate checks the mode, the share and the interval; unset ones take
+// defaults.
 func (a LocalAllowance) validate() error {
+	switch a.Mode {
+	case "", AllowanceAlways, AllowanceAdaptive:
+	case AllowanceOff:
+		if a.Share != nil || a.Interval != 0 {
+			return errors.New("local_allowance off takes no share or interval")
+		}
+		return nil
+	default:
+		return fmt.Errorf("local_allowance mode %q: want always, adaptive or off", a.Mode)
+	}
 	if s := a.Share; s != nil && !(*s > 0 && *s <= maxAllowanceShare) {
 		return fmt.Errorf("local_allowance share %s: want more than 0%% and at most 50%%", percent(*s))
 	}
@@ -213,6 +241,19 @@ func (a LocalAllowance) validate() error {
 		return fmt.Errorf("local_allowance interval %s: want 1ms to 10s", time.Duration(a.Interval))
 	}
 	return nil
+}
+
+// allowance is the local_allowance in effect: the adaptive mode with its
+// defaults when none is set.
+func (c Config) allowance() LocalAllowance {
+	if c.LocalAllowance == nil {
+		return LocalAllowance{Mode: AllowanceAdaptive}
+	}
+	a := *c.LocalAllowance
+	if a.Mode == "" {
+		a.Mode = AllowanceAlways
+	}
+	return a
 }
 
 // settings returns the share and interval with defaults applied.

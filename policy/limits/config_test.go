@@ -29,6 +29,10 @@ func TestConfigValidate(t *testing.T) {
 		{"budget 0 of an unknown period", Config{Budget: &Budget{Per: "week"}}, `budget 0.00 per "week": want per day or per month`},
 		{"budget without a period", Config{Budget: &Budget{Yuan: 5 * nanoPerYuan}}, `budget 5.00 per "": want per day or per month`},
 		{"budget 0 without a period", Config{Orgs: map[string]Override{"acme": {Budget: &Budget{}}}}, ""},
+		{"allowance off", Config{LocalAllowance: &LocalAllowance{Mode: AllowanceOff}}, ""},
+		{"allowance adaptive, tuned", Config{LocalAllowance: &LocalAllowance{Mode: AllowanceAdaptive, Share: pct(0.05), Interval: caddy.Duration(time.Second)}}, ""},
+		{"allowance off with a share", Config{LocalAllowance: &LocalAllowance{Mode: AllowanceOff, Share: pct(0.05)}}, "local_allowance off takes no share or interval"},
+		{"allowance of an unknown mode", Config{LocalAllowance: &LocalAllowance{Mode: "sometimes"}}, `local_allowance mode "sometimes": want always, adaptive or off`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

@@ -17,10 +17,13 @@
 // the bucket arithmetic every store shares): in process (package memstore),
 // the default, which survives config reloads; or in Redis (package
 // redisstore), shared by every gateway instance, one script call per
-// admission on the Redis server's clock; or, with local_allowance, the
-// leases (redisstore.Leases), a store wrapping Redis's that spends slices
-// of an organization's buckets in process, one call per lease. When Redis
-// fails, on_store_error decides; see Limiter.Admit.
+// exact admission on the Redis server's clock, behind the leases
+// (redisstore.Leases), a store wrapping Redis's that spends slices of an
+// organization's buckets in process, one call per lease: by default only
+// for organizations admitted at a pace against limits large enough (the
+// adaptive allowance), for every organization with local_allowance, for
+// none with local_allowance off. When Redis fails, on_store_error decides;
+// see Limiter.Admit.
 package limits
 
 import (
@@ -32,6 +35,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/systemone/systemone-gateway/internal/headerset"
 	"github.com/systemone/systemone-gateway/policy/limits/memstore"
 	"github.com/systemone/systemone-gateway/policy/limits/redisstore"
 	"github.com/systemone/systemone-gateway/policy/limits/store"
@@ -113,12 +117,13 @@ func build(cfg Config, rdb RedisClient, prefix string, o redisstore.Options, swe
 	if rdb != nil {
 		rs := redisstore.New(rdb, prefix, o)
 		l.shared = rs
-		if a := cfg.LocalAllowance; a != nil {
+		if a := cfg.allowance(); a.Mode != AllowanceOff {
 			share, interval := a.settings()
 			l.shared = redisstore.NewLeases(rs, redisstore.LeaseOptions{Share: share, Interval: interval,
-				Now: func() time.Time { return l.now() }, Specs: l.specsFor, SweepEvery: sweepEvery})
+				Now: func() time.Time { return l.now() }, Specs: l.specsFor, SweepEvery: sweepEvery,
+				Adaptive: a.Mode == AllowanceAdaptive})
 		}
-	} else if cfg.LocalAllowance != nil {
+	} else if a := cfg.LocalAllowance; a != nil && a.Mode != AllowanceOff {
 		// In process every admission is local already.
 		o.Logger.Warn("local_allowance has no effect without redis")
 	}
@@ -225,19 +230,21 @@ type Quota struct {
 // that is off sets neither of its headers; an unknown remaining omits that
 // header.
 func (d Decision) SetHeaders(h http.Header) {
-	// The values share one string and one slice: two allocations per
-	// answer rather than eight.
-	type field struct {
-		name string
-		end  int // of its value in digits
-	}
-	var fields [4]field
-	var buf [4 * 20]byte
-	digits, n := buf[:0], 0
-	add := func(name string, v int64) {
-		digits = strconv.AppendInt(digits, v, 10)
-		fields[n], n = field{name, len(digits)}, n+1
-	}
+	var s headerset.Set
+	d.AddHeaders(&s)
+	s.WriteTo(h)
+}
+
+// AddHeaders adds what SetHeaders sets to s, which the handler writes with
+// the response's other fields of the gateway at once.
+func (d Decision) AddHeaders(s *headerset.Set) {
+	d.AddRateLimitHeaders(s)
+	d.Budget.AddHeaders(s, 0)
+}
+
+// AddRateLimitHeaders adds the X-RateLimit-* headers of d to s (the
+// budget's aside).
+func (d Decision) AddRateLimitHeaders(s *headerset.Set) {
 	for _, b := range [2]struct {
 		limit, remaining string
 		q                Quota
@@ -245,20 +252,11 @@ func (d Decision) SetHeaders(h http.Header) {
 		if b.q.Limit == 0 {
 			continue
 		}
-		add(b.limit, b.q.Limit)
+		s.AddInt(b.limit, b.q.Limit)
 		if b.q.Remaining >= 0 {
-			add(b.remaining, b.q.Remaining)
+			s.AddInt(b.remaining, b.q.Remaining)
 		}
 	}
-	if n > 0 {
-		text, values := string(digits), make([]string, n)
-		start := 0
-		for i, f := range fields[:n] {
-			values[i], start = text[start:f.end], f.end
-			h[f.name] = values[i : i+1 : i+1]
-		}
-	}
-	d.Budget.SetHeaders(h, 0)
 }
 
 // The rate-limit headers, in the canonical form net/http writes them in
@@ -282,9 +280,11 @@ const (
 // budget agree); otherwise the budget's 402 comes before the waits of the
 // token bucket and the hold, which would only lead to it.
 //
-// With Redis, the admission costs one round trip bounded by store_timeout
-// (and ctx); with local_allowance, none while the organization's lease can
-// pay it, and one per new lease (organizations with a budget stay exact).
+// With Redis, an exact admission costs one round trip bounded by
+// store_timeout (and ctx); one paid from a lease (the adaptive allowance
+// for an organization at a pace on a large limit, or local_allowance)
+// none while the organization's lease can pay it, and one per new lease
+// (organizations with a budget stay exact).
 // If that fails, on_store_error decides: local admits against the
 // in-process buckets with the same limits, allow admits, deny answers
 // Unavailable. After three consecutive outage errors of one Redis node, that

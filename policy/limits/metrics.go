@@ -16,7 +16,7 @@ var (
 		"1 while the rate limiter's Redis answers, 0 from the moment the limiter counts a Redis server (on a cluster, a master) lost (3 consecutive failures) until every lost one's keyed probe sees it serve again. Absent when no limiter uses Redis.",
 		nil, nil)
 	leasesDesc = prometheus.NewDesc("systemone_limit_leases_total",
-		"Lease calls to Redis that granted a slice of an organization's buckets (local_allowance).",
+		"Lease calls to Redis that granted a slice of an organization's buckets (the adaptive allowance, or local_allowance).",
 		nil, nil)
 	settlementsPendingDesc = prometheus.NewDesc("systemone_limit_settlements_pending",
 		"Settlements and holds waiting for Redis (one per organization and kind): queued, or sent and not yet answered. Near 0 while Redis answers; it grows while Redis is lost, and past 100,000 queued new ones are dropped.",

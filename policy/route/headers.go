@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/systemone/systemone-gateway/internal/headerset"
 )
 
 // Headers the gateway owns on a routed response.
@@ -27,50 +29,41 @@ const (
 // questions, X-Route-Certificate when no question routed auto under a line
 // with a certificate.
 func (d Decision) SetHeaders(h http.Header) {
-	// The names are canonical already: plain map writes, no
-	// canonicalization per request. The values share one slice, and the
-	// ones built here one string: three allocations per answer, not eight.
-	values := make([]string, 0, 5)
-	set := func(name, value string) {
-		values = append(values, value)
-		h[name] = values[len(values)-1 : len(values) : len(values)]
-	}
-	set(HeaderRoute, d.Route)
-	set(HeaderReason, d.Reason)
+	var s headerset.Set
+	d.AddHeaders(&s)
+	s.WriteTo(h)
+}
+
+// AddHeaders adds what SetHeaders writes to s, which the handler writes
+// with the response's other fields of the gateway at once.
+func (d Decision) AddHeaders(s *headerset.Set) {
+	s.Add(HeaderRoute, d.Route)
+	s.Add(HeaderReason, d.Reason)
 	if d.Model != "" && isPrintableASCII(d.Model) {
-		set(HeaderModel, d.Model)
+		s.Add(HeaderModel, d.Model)
 	} else {
-		delete(h, HeaderModel)
+		s.Del(HeaderModel)
 	}
 	var buf [256]byte
-	built := buf[:0]
 	if d.HasMinConfidence {
-		built = strconv.AppendFloat(built, d.MinConfidence, 'f', 2, 64)
-	}
-	confidenceEnd := len(built)
-	if len(d.Questions) > 0 {
-		built = d.appendQuestions(built)
-	}
-	text := string(built)
-	if d.HasMinConfidence {
-		set(HeaderConfidence, text[:confidenceEnd])
+		s.AddBytes(HeaderConfidence, strconv.AppendFloat(buf[:0], d.MinConfidence, 'f', 2, 64))
 	} else {
-		delete(h, HeaderConfidence)
+		s.Del(HeaderConfidence)
 	}
 	if len(d.Questions) > 0 {
-		set(HeaderQuestions, text[confidenceEnd:])
+		s.AddBytes(HeaderQuestions, d.appendQuestions(buf[:0]))
 	} else {
-		delete(h, HeaderQuestions)
+		s.Del(HeaderQuestions)
 	}
 	if v := d.certificateHeader(); v != "" {
-		h[HeaderCertificate] = []string{v}
+		s.Add(HeaderCertificate, v)
 	} else {
-		delete(h, HeaderCertificate)
+		s.Del(HeaderCertificate)
 	}
 	if v := d.escalatedHeader(); v != "" {
-		h[HeaderEscalated] = []string{v}
+		s.Add(HeaderEscalated, v)
 	} else {
-		delete(h, HeaderEscalated)
+		s.Del(HeaderEscalated)
 	}
 }
 

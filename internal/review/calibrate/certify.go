@@ -57,10 +57,10 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		Entries: g.Entries, Lines: g.N, Agree: g.Agree, Evidence: g.Evidence,
 		LabelsSHA256: sum, LabelsUntil: until,
 		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
-		MaxQuestions: opts.maxQuestions(),
+		MaxQuestions: opts.maxQuestions(), Since: opts.Since.String(), Family: opts.Family,
 	}
-	if g.DeltaUsed != 0 && g.DeltaUsed != res.Delta {
-		c.DeltaUsed = g.DeltaUsed
+	if !opts.Family && g.Delta != 0 && g.Delta != res.Delta {
+		c.DeltaUsed = g.Delta // a stage of an escalated type: half of delta
 	}
 	if g.EscalatedFrom != "" {
 		c.Stage, c.EscalatedFrom = 2, g.EscalatedFrom
@@ -120,7 +120,7 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 		opts    Options
 	}
 	runOf := func(c certificate.Certificate) run {
-		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions}
+		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions, Family: c.Family}
 		if c.MaxQuestions == 0 {
 			opts.MaxQuestions = DefaultMaxQuestions
 		}
@@ -128,6 +128,11 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 		// recorded is recomputed at its labels_until with no window.
 		opts.AsOf, _ = time.Parse(time.RFC3339Nano, c.AsOf)
 		opts.CorrectWithin, _ = time.ParseDuration(c.CorrectWithin)
+		if c.Since != "" {
+			// An id that does not read leaves every entry in: the
+			// recomputation differs, and verify says so.
+			opts.Since, _ = ParseSince(c.Since)
+		}
 		if c.AsOf == "" {
 			opts.AsOf = time.Unix(0, untilNanos(c.LabelsUntil))
 		}

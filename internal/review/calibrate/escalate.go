@@ -136,22 +136,36 @@ func (s *Sample) findStages(gs *grouping, ranges []span) *stages {
 	return st
 }
 
-// options are opts for group k's walk: delta halved for both stages of an
-// escalated type.
-func (st *stages) options(k groupKey, opts Options) Options {
-	if st == nil || noSplit {
-		return opts
+// delta is the risk group k is walked at, d being what it would be
+// without escalation (the calibration's delta, or its family share): half
+// of d for both stages of an escalated type. With --family each group,
+// the second stage's too, has a share of its own already, and the chance
+// that any of them is wrong, the two stages of a type among them, is at
+// most delta: the family's split holds the union, and d is kept.
+func (st *stages) delta(k groupKey, d float64, family bool) float64 {
+	if st == nil || noSplit || family {
+		return d
 	}
 	if k.from != "" || st.split[[2]string{k.model, k.typ}] {
-		opts.Delta /= 2
+		return d / 2
 	}
-	return opts
+	return d
 }
 
-// walkSecond walks each second-stage group on the questions escalated
-// under the first stage's thresholds in groups (the first stage's, sorted).
-func (st *stages) walkSecond(s *Sample, gs *grouping, ranges []span, groups []Group, opts Options, method string) []Group {
-	var out []Group
+// walkSecond walks each second-stage group, groups[g] for gs.keys[g], on
+// the questions escalated under the first stage's thresholds (the other
+// groups, walked), deltas[g] being its walk's risk without escalation.
+func (st *stages) walkSecond(s *Sample, gs *grouping, ranges []span, groups []Group, deltas []float64, opts Options, method string) {
+	if st == nil {
+		return
+	}
+	var first []Group // the first stage's, sorted for the look-ups
+	for g, k := range gs.keys {
+		if k.from == "" {
+			first = append(first, groups[g])
+		}
+	}
+	sortGroups(first)
 	highest := map[[2]string]float64{} // (first version, type) -> highest first confidence escalated
 	for g, k := range gs.keys {
 		if k.from == "" {
@@ -161,33 +175,34 @@ func (st *stages) walkSecond(s *Sample, gs *grouping, ranges []span, groups []Gr
 		var kept []compactLine
 		for _, r := range s.records[ranges[g].lo:ranges[g].hi] {
 			n := s.names[r.name]
-			first := st.firstOf(s, &r, n)
-			if first == nil || !first.hasConfidence {
+			answer := st.firstOf(s, &r, n)
+			if answer == nil || !answer.hasConfidence {
 				counts.unjoined++
 				continue
 			}
-			first.second = true
-			if t, ok := appliedThreshold(groups, n.from, n.typ, n.question, s.orgs[r.org], opts.By); ok && first.confidence >= t {
+			answer.second = true
+			if t, ok := appliedThreshold(first, n.from, n.typ, n.question, s.orgs[r.org], opts.By); ok && answer.confidence >= t {
 				counts.above++
 				continue
 			}
 			key := [2]string{n.from, n.typ}
-			if c, seen := highest[key]; !seen || first.confidence > c {
-				highest[key] = first.confidence
+			if c, seen := highest[key]; !seen || answer.confidence > c {
+				highest[key] = answer.confidence
 			}
 			kept = append(kept, r)
 		}
-		walked := s.walkGroup(k, kept, st.options(k, opts), method)
+		o := opts
+		o.Delta = st.delta(k, deltas[g], opts.Family)
+		walked := s.walkGroup(k, kept, o, method)
 		walked.escalation = counts
-		under := underGroup(groups, k)
+		under := underGroup(first, k)
 		walked.under = under.key()
 		if under.HasThreshold {
 			walked.UnderThreshold, walked.HasUnderThreshold = certificate.Written(under.Threshold), true
 		}
-		out = append(out, walked)
+		groups[g] = walked
 	}
-	st.gaps = st.gapNotes(s, groups, highest, opts.By)
-	return out
+	st.gaps = st.gapNotes(s, first, highest, opts.By)
 }
 
 // firstOf is the first answer of the question of r, a second answer; nil
@@ -325,8 +340,8 @@ func stageLine(g Group, delta float64) string {
 	if g.HasUnderThreshold {
 		under = fmt.Sprintf("the questions %s answers below %s (its threshold here)", display(g.EscalatedFrom), FormatThreshold(g.UnderThreshold))
 	}
-	line := fmt.Sprintf("%s: second answers to %s; both stages at delta %v", name, under, g.DeltaUsed)
-	if g.DeltaUsed != delta {
+	line := fmt.Sprintf("%s: second answers to %s; both stages at delta %v", name, under, g.Delta)
+	if g.Delta != delta {
 		line += fmt.Sprintf(" (half of %v each, so that the type's auto answers of both versions together hold the target with risk %v)", delta, delta)
 	}
 	if g.escalation.above > 0 {

@@ -15,7 +15,7 @@ import (
 // runCalibrate runs the calibrate command as the binary registers it.
 func runCalibrate(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	return runSubcommand(t, "calibrate", args...)
+	return runSubcommand(t, nil, "calibrate", args...)
 }
 
 // Certificates of an escalate block end to end: calibrate --certificates

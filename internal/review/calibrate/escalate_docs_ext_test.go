@@ -1,6 +1,7 @@
 package calibrate_test
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,16 +22,41 @@ func TestEscalationDocCommands(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir) // the commands' files (certificates.jsonl, Caddyfile) are relative
 
+	// The example's labels as an export and replay --escalate's output
+	// would hold them: the first answers, and the second.
+	var export, escalated strings.Builder
+	for _, line := range strings.SplitAfter(calibrate.EscalationExample(), "\n") {
+		if strings.Contains(line, `"stage":2`) {
+			escalated.WriteString(line)
+		} else {
+			export.WriteString(line)
+		}
+	}
+	write(t, dir, "labels.ndjson", export.String())
+	write(t, dir, "escalated.ndjson", escalated.String())
+
 	var ran []string
 	for _, b := range blocks {
 		for _, c := range strings.Split(strings.TrimSpace(b), "\n") {
+			var stdin io.Reader
+			if files, command, ok := strings.Cut(c, " | "); ok && strings.HasPrefix(files, "cat ") {
+				var in strings.Builder
+				for _, f := range strings.Fields(files)[1:] {
+					data, err := os.ReadFile(f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					in.Write(data)
+				}
+				stdin, c = strings.NewReader(in.String()), command
+			}
 			args := strings.Fields(strings.ReplaceAll(c, `"$REVIEW/labels"`, review+"/labels"))
 			if len(args) < 2 || args[0] != "systemone-gateway" {
 				t.Fatalf("docs/escalation.md: the test does not know how to run %q", c)
 			}
 			switch args[1] {
 			case "calibrate":
-				out, err := runCalibrate(t, args[2:]...)
+				out, err := runSubcommand(t, stdin, "calibrate", args[2:]...)
 				if err != nil || !strings.Contains(out, "escalate service-1.0.0 to service-2.0.0 {") {
 					t.Errorf("%s: %v\n%s", c, err, out)
 				}
@@ -50,8 +76,8 @@ func TestEscalationDocCommands(t *testing.T) {
 			ran = append(ran, args[1])
 		}
 	}
-	if strings.Join(ran, " ") != "calibrate calibrate verify verify" {
-		t.Errorf("ran %q: the test knows docs/escalation.md's four commands", ran)
+	if strings.Join(ran, " ") != "calibrate calibrate calibrate verify verify" {
+		t.Errorf("ran %q: the test knows docs/escalation.md's five commands", ran)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "certificates.jsonl")); err != nil {
 		t.Errorf("the documented --certificates wrote no file: %v", err)

@@ -76,10 +76,10 @@ func TestSecondStageGroups(t *testing.T) {
 		t.Fatalf("groups: %+v", res.Groups)
 	}
 	first, second := res.Groups[0], res.Groups[1]
-	if first.Model != "service-1.0.0" || first.EscalatedFrom != "" || first.Stage() != 1 || first.DeltaUsed != 0.025 || !first.HasThreshold {
+	if first.Model != "service-1.0.0" || first.EscalatedFrom != "" || first.Stage() != 1 || first.Delta != 0.025 || !first.HasThreshold {
 		t.Errorf("first stage: %+v", first)
 	}
-	if second.Model != "service-2.0.0" || second.EscalatedFrom != "service-1.0.0" || second.Stage() != 2 || second.DeltaUsed != 0.025 || !second.HasThreshold {
+	if second.Model != "service-2.0.0" || second.EscalatedFrom != "service-1.0.0" || second.Stage() != 2 || second.Delta != 0.025 || !second.HasThreshold {
 		t.Errorf("second stage: %+v", second)
 	}
 	if !second.HasUnderThreshold || second.UnderThreshold != certificate.Written(first.Threshold) {
@@ -120,7 +120,7 @@ func TestSecondStageGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(alone.Groups) != 1 || alone.Groups[0].DeltaUsed != 0.05 {
+	if len(alone.Groups) != 1 || alone.Groups[0].Delta != 0.05 {
 		t.Errorf("first version alone: %+v", alone.Groups)
 	}
 }
@@ -296,5 +296,25 @@ func TestSecondStageGrouping(t *testing.T) {
 		if strings.Join(names, "\n") != strings.Join(want, "\n") {
 			t.Errorf("--by %s groups:\n%s\nwant\n%s", by, strings.Join(names, "\n"), strings.Join(want, "\n"))
 		}
+	}
+}
+
+// With --family, the second stage's groups are members of the family,
+// each at its own share in the order the groups form; the family's split
+// holds the union of the two stages (any wrong threshold is a family
+// error), so neither stage is halved again.
+func TestSecondStageFamily(t *testing.T) {
+	lines, err := ReadLines(strings.NewReader(escalationExample()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := exampleOptions()
+	opts.Family = true
+	res, err := Calibrate(lines, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Groups) != 2 || res.Groups[0].Delta != 0.05*familyShare(1) || res.Groups[1].Delta != 0.05*familyShare(2) {
+		t.Errorf("family shares: %v and %v, want %v and %v", res.Groups[0].Delta, res.Groups[1].Delta, 0.05*familyShare(1), 0.05*familyShare(2))
 	}
 }

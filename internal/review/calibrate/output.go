@@ -21,8 +21,14 @@ func FormatThreshold(t float64) string { return certificate.FormatThreshold(t) }
 
 // resultJSON is the documented `--json` document.
 type resultJSON struct {
-	Target  float64     `json:"target"`
-	Delta   float64     `json:"delta"`
+	Target float64 `json:"target"`
+	Delta  float64 `json:"delta"`
+	// Method is the method the thresholds were computed with; Since the
+	// first entry id counted (--since), null without.
+	Method string  `json:"method"`
+	Since  *string `json:"since"`
+	// Family is present, true, with --family: delta is family-wise.
+	Family  bool        `json:"family,omitempty"`
 	Ignored int         `json:"ignored"`
 	Groups  []groupJSON `json:"groups"`
 }
@@ -35,7 +41,6 @@ type groupJSON struct {
 	Stage          int      `json:"stage"`
 	EscalatedFrom  string   `json:"escalated_from"`
 	UnderThreshold *float64 `json:"under_threshold"`
-	DeltaUsed      float64  `json:"delta_used"`
 	Labels         int      `json:"labels"`
 	Threshold      *float64 `json:"threshold"`
 	Agree          int      `json:"agree"`
@@ -54,14 +59,39 @@ type groupJSON struct {
 	// LateCorrections is the review API's count (GET /progress); null
 	// from a file, which cannot tell.
 	LateCorrections *int `json:"late_corrections"`
+	// Delta is the group's share of the family's delta, with --family,
+	// or half of delta for each stage of an escalated type; absent
+	// otherwise.
+	Delta *float64 `json:"delta,omitempty"`
+	// Bins is the reliability diagram, InForce the threshold in force
+	// (null when no answer of the group was routed auto): bins.go.
+	Bins    []binJSON    `json:"bins"`
+	InForce *inForceJSON `json:"in_force"`
+}
+
+type binJSON struct {
+	From      float64 `json:"from"`
+	To        float64 `json:"to"`
+	N         int     `json:"n"`
+	Agree     int     `json:"agree"`
+	Agreement float64 `json:"agreement"`
+	Lower     float64 `json:"lower"`
+	Upper     float64 `json:"upper"`
+}
+
+type inForceJSON struct {
+	Threshold float64 `json:"threshold"`
+	N         int     `json:"n"`
+	Agree     int     `json:"agree"`
 }
 
 // MarshalJSON writes the documented `--json` document: {"target", "delta",
-// "ignored", "groups": [{"model", "type", "question", "org", "stage",
-// "escalated_from", "under_threshold", "delta_used", "labels",
+// "method", "since", "ignored", "groups": [{"model", "type", "question",
+// "org", "stage", "escalated_from", "under_threshold", "labels",
 // "threshold", "agree", "n", "entries", "lower_bound", "coverage",
 // "labels_needed", "labels_expected", "complete_through", "waiting_on",
-// "waiting", "refused", "late_corrections"}]}, with an unrounded
+// "waiting", "refused", "late_corrections", "delta", "bins",
+// "in_force"}]}, since null without --since, with an unrounded
 // threshold, or null; lower_bound null where the method has none,
 // labels_expected null where there is no estimate, complete_through null
 // with an empty prefix, waiting_on null when nothing holds it back,
@@ -69,14 +99,19 @@ type groupJSON struct {
 // escalated_from the first version for a group of second answers (stage 1
 // and "" otherwise), under_threshold the first version's threshold it was
 // calibrated under (null for stage 1, and for a second stage under none),
-// delta_used the risk the group was calibrated at. Notes are not part of
-// it.
+// delta the risk the group was walked at with --family (its share) or
+// where it differs from the calibration's (each stage of an escalated
+// type: half of it), absent otherwise. Notes are not part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
-	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
+	doc := resultJSON{Target: r.Target, Delta: r.Delta, Method: r.Method, Family: r.Family, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
+	if r.Since.Set {
+		since := r.Since.String()
+		doc.Since = &since
+	}
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Org: g.Org, Labels: g.Labels,
-			Stage: g.Stage(), EscalatedFrom: g.EscalatedFrom, DeltaUsed: g.DeltaUsed,
+			Stage: g.Stage(), EscalatedFrom: g.EscalatedFrom,
 			Agree: g.Agree, N: g.N, Entries: g.Entries, Coverage: g.Coverage,
 			LabelsNeeded: g.LabelsNeeded,
 		}
@@ -101,6 +136,16 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		gj.Waiting, gj.Refused = g.Waiting, g.Refused
 		if g.HasLateCorrections {
 			gj.LateCorrections = &g.LateCorrections
+		}
+		gj.Bins = make([]binJSON, len(g.Bins))
+		for i, b := range g.Bins {
+			gj.Bins[i] = binJSON(b)
+		}
+		if g.InForce != nil {
+			gj.InForce = (*inForceJSON)(g.InForce)
+		}
+		if r.Family || g.Delta != r.Delta {
+			gj.Delta = &g.Delta
 		}
 		doc.Groups = append(doc.Groups, gj)
 	}
@@ -132,8 +177,12 @@ func WriteTable(w io.Writer, r Result) error {
 	if method == "" {
 		method = MethodAnytime
 	}
-	fmt.Fprintf(bw, "target %v, delta %v, method %s: %d audited labels used, %d not audited (ignored)",
-		r.Target, r.Delta, method, used, r.Ignored)
+	since := ""
+	if r.Since.Set {
+		since = ", entries from " + r.Since.String() + " on"
+	}
+	fmt.Fprintf(bw, "target %v, delta %v%s, method %s%s: %d audited labels used, %d not audited (ignored)",
+		r.Target, r.Delta, familyNote(r), method, since, used, r.Ignored)
 	if r.Duplicates > 0 {
 		fmt.Fprintf(bw, ", %d duplicate lines counted once", r.Duplicates)
 	}
@@ -147,7 +196,7 @@ func WriteTable(w io.Writer, r Result) error {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
 		} else {
-			why = append(why, whyLine(g, r.Target, cmp.Or(g.DeltaUsed, r.Delta), method))
+			why = append(why, whyLine(g, r.Target, cmp.Or(g.Delta, r.Delta), method))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
@@ -297,6 +346,9 @@ func WriteFragment(w io.Writer, r Result) error {
 	}
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, "route {")
+	for _, line := range promiseComment(r) {
+		fmt.Fprintf(bw, "\t# %s\n", line)
+	}
 	// The first stage's groups come first (compareKeys): a pin each
 	// version, then the escalate blocks of the second stage's.
 	second := slices.IndexFunc(r.Groups, func(g Group) bool { return g.EscalatedFrom != "" })

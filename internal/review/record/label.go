@@ -63,7 +63,7 @@ type Label struct {
 	// version gave, StageSecond on the line of an escalated question's
 	// second answer (its own line, beside the first's); 0 is read and
 	// written as StageFirst.
-	Stage int `json:"stage,omitempty"`
+	Stage int `json:"stage"`
 	// EscalatedFrom is, on a StageSecond line, the first version: the one
 	// whose answer the `escalate` block asked again. "" on a StageFirst
 	// line.
@@ -88,12 +88,15 @@ const (
 )
 
 // Marshal writes l as one compact JSON line, without the newline; agree
-// is null on a pending or passed line.
+// is null on a pending or passed line, stage 1 when l's is 0.
 func (l *Label) Marshal() ([]byte, error) {
-	if !l.Pending && !l.Pass {
-		return json.Marshal(l)
-	}
 	c := *l
+	if c.Stage == 0 {
+		c.Stage = StageFirst
+	}
+	if !l.Pending && !l.Pass {
+		return json.Marshal((*labelJSON)(&c))
+	}
 	c.Label = nil
 	return json.Marshal(struct {
 		*labelJSON

@@ -76,21 +76,8 @@ func (s *Store) node(ctx context.Context, key string) (*redis.Client, error) {
 // Redis may not have yet. While the node that serves org is lost it fails
 // at once (errLost).
 func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold int64, _ time.Time) (store.Outcome, error) {
-	holdArg := "0"
-	if c.Hold {
-		holdArg = "1"
-	}
-	keys := []string{s.bucketKey(org)}
-	args := []any{s.clockArg(), c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate,
-		c.ReqCost, c.TokCost, holdArg, localHold}
-	if b := c.Budget; b.On() {
-		for _, p := range b.Periods {
-			keys = append(keys, s.budgetKey(org, p.Name))
-		}
-		args = append(args, b.Limit, b.Cost,
-			b.Periods[1].Start.UnixMicro(), b.Periods[1].End.UnixMicro(), b.Periods[2].End.UnixMicro())
-	}
-	res, err := s.run(ctx, kindAdmit, keys, args...)
+	call := s.admitCall(org, c, localHold)
+	res, err := s.run(ctx, call.kind, call.keys, call.args...)
 	var o store.Outcome
 	if err == nil {
 		if o, err = parseOutcome(res); err != nil {
@@ -98,6 +85,28 @@ func (s *Store) Admit(ctx context.Context, org string, c store.Check, localHold 
 		}
 	}
 	return o, err
+}
+
+// admitCall is the script item of an admission: exactBody's for one
+// without a budget, admitBody's for one with.
+func (s *Store) admitCall(org string, c store.Check, localHold int64) *scriptCall {
+	holdArg := "0"
+	if c.Hold {
+		holdArg = "1"
+	}
+	keys := []string{s.bucketKey(org)}
+	args := []any{s.clockArg(), c.Req.Capacity, c.Req.Rate, c.Tok.Capacity, c.Tok.Rate,
+		c.ReqCost, c.TokCost, holdArg, localHold}
+	b := c.Budget
+	if !b.On() {
+		return &scriptCall{kind: kindExact, keys: keys, args: args}
+	}
+	for _, p := range b.Periods {
+		keys = append(keys, s.budgetKey(org, p.Name))
+	}
+	args = append(args, b.Limit, b.Cost,
+		b.Periods[1].Start.UnixMicro(), b.Periods[1].End.UnixMicro(), b.Periods[2].End.UnixMicro())
+	return &scriptCall{kind: kindAdmit, keys: keys, args: args}
 }
 
 // leaseGrant is leaseBody's answer.
@@ -146,8 +155,19 @@ func int64s(res any, out []int64) error {
 	return nil
 }
 
+// parseOutcome reads admitBody's answer, or exactBody's (three numbers
+// when it admits, six when it refuses; no budget).
 func parseOutcome(res any) (store.Outcome, error) {
 	var n [11]int64
+	if v, ok := res.([]any); ok && (len(v) == 3 || len(v) == 6) {
+		if err := int64s(res, n[:len(v)]); err != nil {
+			return store.Outcome{}, err
+		}
+		if len(v) == 3 && n[0] != 1 {
+			return store.Outcome{}, fmt.Errorf("%w: a refusal without its waits", errBadReply)
+		}
+		return store.Outcome{Allowed: n[0] == 1, Req: n[1], Tok: n[2], ReqWait: n[3], TokWait: n[4], HoldWait: n[5]}, nil
+	}
 	if err := int64s(res, n[:]); err != nil {
 		return store.Outcome{}, err
 	}

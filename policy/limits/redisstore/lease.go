@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +46,7 @@ type Leases struct {
 	share    float64
 	interval int64 // µs
 	max      int
+	adaptive bool // lease only organizations that keep a pace (see LeaseOptions.Adaptive)
 
 	seed   maphash.Seed
 	shards [nShards]leaseShard
@@ -106,6 +106,8 @@ type leaseEntry struct {
 	// flush number epoch (see Store.flushed).
 	returning bool
 	epoch     uint64
+	// pace counts the organization's admissions (the adaptive mode).
+	pace pace
 }
 
 // LeaseOptions are the settings of Leases.
@@ -122,12 +124,20 @@ type LeaseOptions struct {
 	// SweepEvery is how often the sweeper gives idle leases back: by
 	// default half the interval, at least 5ms.
 	SweepEvery time.Duration
+	// Adaptive leases an organization only while it keeps a pace: this
+	// instance admitted at least MinLeaseAdmissions of its requests within
+	// the interval under way or the one before, and a slice (Share of each
+	// bucket, no floor) pays at least MinLeaseAdmissions of the admission
+	// that asks; every other admission is exact. Without it, every
+	// organization without a budget is leased, with a requests slice of at
+	// least one request.
+	Adaptive bool
 }
 
 // NewLeases returns leases taken from s, a store.Store that wraps it:
 // closing the leases gives their rest back and closes s.
 func NewLeases(s *Store, o LeaseOptions) *Leases {
-	ls := &Leases{s: s, now: o.Now, specs: o.Specs, share: o.Share, interval: o.Interval.Microseconds(), max: maxLeases,
+	ls := &Leases{s: s, now: o.Now, specs: o.Specs, share: o.Share, interval: o.Interval.Microseconds(), max: maxLeases, adaptive: o.Adaptive,
 		sweepEvery: cmp.Or(o.SweepEvery, max(o.Interval/2, minSweepEvery)), seed: maphash.MakeSeed(), done: make(chan struct{})}
 	for i := range ls.shards {
 		ls.shards[i].orgs = make(map[string]*leaseEntry)
@@ -145,6 +155,9 @@ func (ls *Leases) giveBackOne(org string, req, tok int64) uint64 {
 // slices returns the units one lease takes of each bucket: share of its
 // capacity, at least one request of a requests bucket.
 func (ls *Leases) slices(c store.Check) (req, tok int64) {
+	if ls.adaptive {
+		return ls.adaptiveSlices(c)
+	}
 	if c.Req.On() {
 		req = max(int64(ls.share*float64(c.Req.Capacity)), store.Unit)
 	}
@@ -256,13 +269,17 @@ func (ls *Leases) entry(org string) *leaseEntry {
 // meanwhile: look it up again.
 func (ls *Leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c store.Check, held int64) (o store.Outcome, res leaseResult, again bool) {
 	e.mu.Lock()
-	final := false
+	final, counted := false, false
 	for {
 		if e.dead {
 			e.mu.Unlock()
 			return store.Outcome{}, 0, true
 		}
 		now := store.Micros(ls.now())
+		if ls.adaptive && !counted {
+			e.pace.note(now, ls.interval)
+			counted = true
+		}
 		if o, ok := e.try(c, held, now, final); ok {
 			if o.Allowed && c.UsesTok() {
 				o.Lease = e.seq // Settle corrects against this lease
@@ -276,6 +293,11 @@ func (ls *Leases) admitFrom(ctx context.Context, e *leaseEntry, org string, c st
 				return store.Outcome{}, leaseExact, false
 			}
 			e.returning = false
+		}
+		if ls.adaptive && !(e.pace.fast() && ls.leasable(c)) {
+			// Too slow, or a limit too small, for a lease to pay: exact.
+			e.mu.Unlock()
+			return store.Outcome{}, leaseExact, false
 		}
 		if e.taking != nil {
 			// One lease call per organization at a time: wait for its
@@ -468,114 +490,8 @@ func (e *leaseEntry) settle(seq uint64, delta int64) (rest int64) {
 	return delta + take
 }
 
-func (ls *Leases) startSweeper() {
-	ls.startOnce.Do(func() {
-		ls.wg.Add(1)
-		go ls.sweepLoop()
-	})
-}
-
 // countTaken counts a lease call that granted something.
 func (ls *Leases) countTaken() {
 	ls.taken.Add(1)
 	store.Count(store.Stats{LeasesTaken: 1})
-}
-
-func (ls *Leases) sweepLoop() {
-	defer ls.wg.Done()
-	t := time.NewTimer(ls.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ls.done:
-			return
-		case <-t.C:
-		}
-		ls.sweep(store.Micros(ls.now()))
-		t.Reset(ls.sweepEvery)
-	}
-}
-
-// giveBackItem is one lease's rest on its way back to Redis.
-type giveBackItem struct {
-	e        *leaseEntry
-	org      string
-	req, tok int64
-}
-
-// sweep gives back the rest of every lease expired at now and forgets the
-// entries that hold nothing. While Redis is lost it does nothing: no lease
-// is taken meanwhile, and the rests wait in their entries.
-func (ls *Leases) sweep(now int64) {
-	if !ls.s.Up() {
-		return
-	}
-	flushed := ls.s.flushed.Load()
-	var back []giveBackItem
-	for i := range ls.shards {
-		sh := &ls.shards[i]
-		sh.mu.Lock()
-		for org, e := range sh.orgs {
-			e.mu.Lock()
-			switch {
-			case e.taking != nil, e.returning && flushed < e.epoch, e.held && now < e.until:
-				// In use.
-			case e.held && (e.req > 0 || e.tok > 0):
-				back = append(back, giveBackItem{e, org, e.req, e.tok})
-				e.held, e.req, e.tok = false, 0, 0
-				e.seq = ls.seqs.Add(1)
-				e.returning, e.epoch = true, math.MaxUint64 // until queued
-			default:
-				e.dead = true
-				delete(sh.orgs, org)
-				ls.size.Add(-1)
-			}
-			e.mu.Unlock()
-		}
-		sh.mu.Unlock()
-	}
-	ls.giveBack(back)
-}
-
-// giveBack queues rests for Redis and notes which flush sends each.
-func (ls *Leases) giveBack(back []giveBackItem) {
-	for _, b := range back {
-		epoch := ls.giveBackOne(b.org, b.req, b.tok)
-		b.e.mu.Lock()
-		b.e.epoch = epoch
-		b.e.mu.Unlock()
-	}
-}
-
-// giveAllBack stops the sweeper and queues every lease's rest for Redis;
-// the store's close sends them. No lease is taken after it: admissions
-// take the exact path.
-func (ls *Leases) giveAllBack() {
-	ls.mu.Lock()
-	if ls.closed {
-		ls.mu.Unlock()
-		return
-	}
-	ls.closed = true
-	ls.mu.Unlock()
-	close(ls.done)
-	ls.wg.Wait()
-	var back []giveBackItem
-	for i := range ls.shards {
-		sh := &ls.shards[i]
-		sh.mu.Lock()
-		for org, e := range sh.orgs {
-			e.mu.Lock()
-			if e.held && (e.req > 0 || e.tok > 0) {
-				back = append(back, giveBackItem{e, org, e.req, e.tok})
-			}
-			e.held, e.req, e.tok, e.dead = false, 0, 0, true
-			e.seq = ls.seqs.Add(1)
-			e.mu.Unlock()
-			delete(sh.orgs, org)
-		}
-		sh.mu.Unlock()
-	}
-	ls.size.Store(0)
-	ls.giveBack(back)
 }

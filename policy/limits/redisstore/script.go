@@ -59,6 +59,17 @@ var scriptPrelude string
 //go:embed lua/admit.lua
 var admitBody string
 
+// exactBody is admitBody for an admission without a budget, the common
+// one, with the fewest steps: a function of the item's key and the index
+// of its first argument in the call's ARGV, which the dispatch calls
+// without copying the item's KEYS and ARGV into tables of their own. ARGV
+// as admitBody's first nine; returns {1, r, t} when it admits, {0, r, t,
+// rwait, twait, holdwait} when it refuses. Its commands are admitBody's without a budget: HMGET, and
+// HSET when a bucket changes (PEXPIRE once per time its buckets need).
+//
+//go:embed lua/exact.lua
+var exactBody string
+
 // settleBody runs a settlement once: KEYS[2] names its id (see
 // resend.go), which it keeps for settledFor, and a settlement whose id is
 // kept already changes nothing. It charges ARGV[6] units to the token
@@ -105,6 +116,7 @@ type callKind string
 
 const (
 	kindAdmit  callKind = "a" // admitBody
+	kindExact  callKind = "x" // exactBody
 	kindSettle callKind = "s" // settleBody
 	kindLease  callKind = "l" // leaseBody
 	kindHold   callKind = "h" // holdBody
@@ -140,9 +152,11 @@ func batchSource() string {
 		"{{SETTLE}}", settleBody,
 		"{{LEASE}}", leaseBody,
 		"{{HOLD}}", holdBody,
+		"{{EXACT}}", exactBody,
 	).Replace(batchLua)
 	return strings.NewReplacer(
 		"{{KIND_ADMIT}}", string(kindAdmit),
+		"{{KIND_EXACT}}", string(kindExact),
 		"{{KIND_SETTLE}}", string(kindSettle),
 		"{{KIND_LEASE}}", string(kindLease),
 		"{{KIND_HOLD}}", string(kindHold),

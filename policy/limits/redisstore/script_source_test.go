@@ -14,7 +14,7 @@ func TestBatchSourceFilled(t *testing.T) {
 	if i := strings.Index(src, "{{"); i >= 0 {
 		t.Fatalf("the batch script holds an unfilled name: %q", src[i:min(len(src), i+40)])
 	}
-	for _, want := range []string{"bodies['" + string(kindSettle) + "']", "'PX', " + strconv.FormatInt(settledFor.Milliseconds(), 10), "local function servertime()"} {
+	for _, want := range []string{"bodies['" + string(kindSettle) + "']", "'PX', " + strconv.FormatInt(settledFor.Milliseconds(), 10), "local function servertime()", "local function exact(key, a)", "if kind == '" + string(kindExact) + "' then"} {
 		if !strings.Contains(src, want) {
 			t.Errorf("the batch script lacks %q", want)
 		}

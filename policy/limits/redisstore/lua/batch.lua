@@ -17,19 +17,27 @@ end
 bodies['{{KIND_HOLD}}'] = function(KEYS, ARGV)
 {{HOLD}}
 end
+{{EXACT}}
 -- One pair of tables for every item's KEYS and ARGV, refilled, with what
--- the item before left past its own cleared (so # counts the item's own).
+-- the item before left past its own cleared (so # counts the item's own);
+-- an admission without a budget reads its own from KEYS and ARGV.
 local out, ki, ai = {}, 1, 2
 local keys, args, nkeys, nargs = {}, {}, 0, 0
 for i = 1, tonumber(ARGV[1]) do
-  local body, nk, na = bodies[ARGV[ai]], tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
-  for j = 1, nk do keys[j] = KEYS[ki + j - 1] end
-  for j = nk + 1, nkeys do keys[j] = nil end
-  for j = 1, na do args[j] = ARGV[ai + 2 + j] end
-  for j = na + 1, nargs do args[j] = nil end
-  nkeys, nargs = nk, na
+  local kind, nk, na = ARGV[ai], 1, 9
+  local ok, res
+  if kind == '{{KIND_EXACT}}' then
+    ok, res = pcall(exact, KEYS[ki], ai + 3)
+  else
+    nk, na = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
+    for j = 1, nk do keys[j] = KEYS[ki + j - 1] end
+    for j = nk + 1, nkeys do keys[j] = nil end
+    for j = 1, na do args[j] = ARGV[ai + 2 + j] end
+    for j = na + 1, nargs do args[j] = nil end
+    nkeys, nargs = nk, na
+    ok, res = pcall(bodies[kind], keys, args)
+  end
   ki, ai = ki + nk, ai + 3 + na
-  local ok, res = pcall(body, keys, args)
   if ok then
     if res == nil then res = false end -- a hole would end the array early
     out[i] = res

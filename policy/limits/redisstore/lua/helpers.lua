@@ -1,9 +1,13 @@
 -- The functions and shared item state of the batch script's bodies
 -- (script.go: scriptHelpers).
-local servernow
+-- The globals every item reads, as locals: a global is a table lookup.
+local tonumber, unpack, fmt = tonumber, unpack, string.format
+local max, min, ceil = math.max, math.min, math.ceil
+local rcall = redis.call
+local servernow, servernowtext
 local function servertime()
   if servernow == nil then
-    local t = redis.call('TIME')
+    local t = rcall('TIME')
     servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return servernow
@@ -14,14 +18,21 @@ local function refill(level, at, cap, rate, now)
   at = tonumber(at) or now
   if now <= at then return level end
   local elapsed = now - at
-  if elapsed >= math.ceil((cap - level) / rate) then return cap end
+  if elapsed >= ceil((cap - level) / rate) then return cap end
   return level + elapsed * rate
 end
 local function fullin(level, cap, rate)
   if cap == 0 or level >= cap then return 0 end
-  return math.ceil((cap - level) / rate)
+  return ceil((cap - level) / rate)
 end
-local function int(x) return string.format('%d', x) end
+local function int(x) return fmt('%d', x) end
+-- attext is int(at) for a time, with the server's clock written once per
+-- call rather than twice per save.
+local function attext(at)
+  if at ~= servernow then return int(at) end
+  if servernowtext == nil then servernowtext = int(servernow) end
+  return servernowtext
+end
 -- The item's clock, buckets and levels, which scriptPrelude sets: one set
 -- of upvalues for every item, and the functions below made once per call,
 -- not once per item (closures and tables are most of an item's cost in
@@ -39,9 +50,9 @@ local KEYS1, now, onserver, rcap, rrate, tcap, trate, s, r, t
 -- arithmetic): it renews once less than the time needed and a second of
 -- margin (for a replica's clock after a failover) is left.
 local function expiry()
-  local ttl = math.max(math.ceil(math.max(fullin(r, rcap, rrate), fullin(t, tcap, trate)) / 1000) + 1, 1000)
+  local ttl = max(ceil(max(fullin(r, rcap, rrate), fullin(t, tcap, trate)) / 1000) + 1, 1000)
   local hold = tonumber(s[6])
-  if hold and hold > now then ttl = math.max(ttl, math.ceil((hold - now) / 1000) + 1) end
+  if hold and hold > now then ttl = max(ttl, ceil((hold - now) / 1000) + 1) end
   if not onserver then return ttl, nil end
   local x = tonumber(s[5])
   if x and x >= now + (ttl + 1000) * 1000 then return nil, nil end
@@ -60,13 +71,15 @@ local function since(at)
   return now
 end
 -- save writes the levels of the buckets asked for (r, t) as of now, and
--- the key's expiry.
+-- the key's expiry, in one HSET whose arguments fill one table for every
+-- item (its first n entries are this item's).
+local saved = {}
 local function save(wr, wt)
-  local f = {}
-  if wr then f[1] = 'r'; f[2] = int(r); f[3] = 'ra'; f[4] = int(since(s[2])) end
-  if wt then f[#f+1] = 't'; f[#f+1] = int(t); f[#f+1] = 'ta'; f[#f+1] = int(since(s[4])) end
+  local n = 0
+  if wr then saved[1] = 'r'; saved[2] = int(r); saved[3] = 'ra'; saved[4] = attext(since(s[2])); n = 4 end
+  if wt then saved[n+1] = 't'; saved[n+2] = int(t); saved[n+3] = 'ta'; saved[n+4] = attext(since(s[4])); n = n + 4 end
   local ttl, x = expiry()
-  if x then f[#f+1] = 'x'; f[#f+1] = x end
-  redis.call('HSET', KEYS1, unpack(f))
-  if ttl then redis.call('PEXPIRE', KEYS1, ttl) end
+  if x then saved[n+1] = 'x'; saved[n+2] = x; n = n + 2 end
+  rcall('HSET', KEYS1, unpack(saved, 1, n))
+  if ttl then rcall('PEXPIRE', KEYS1, ttl) end
 end
