@@ -15,8 +15,11 @@ import (
 // CertificateMismatches adapts the Caddyfile at path, as `caddy adapt`
 // does, and compares the cert ids of every systemone route block in it
 // with certs, as the route policy does when its block names a certificates
-// file: one error per threshold line whose id is missing from certs or
-// belongs to another group or threshold, and the number of lines with a
+// file: one error per threshold line (of a pin or an escalate block) whose
+// id is missing from certs or belongs to another group or threshold, one
+// per escalate line whose certificate was computed under another threshold
+// of the first version than its pin holds (route.Config.StageMismatches,
+// which the gateway only logs at load), and the number of lines with a
 // cert id compared. It is `verify --config`'s check, given to the review
 // loop's commands by the binary, so that they import no policy.
 func CertificateMismatches(path string, certs []certificate.Certificate) (mismatches []error, checked int, err error) {
@@ -27,6 +30,7 @@ func CertificateMismatches(path string, certs []certificate.Certificate) (mismat
 	for _, r := range routes {
 		found, n := r.CertificateMismatches(certs)
 		mismatches = append(mismatches, found...)
+		mismatches = append(mismatches, r.StageMismatches(certs)...)
 		checked += n
 	}
 	return mismatches, checked, nil

@@ -11,23 +11,29 @@ import (
 )
 
 // certifiedLine is a threshold line with a certificate id, and the group
-// its certificate must be of.
+// its certificate must be of. from is the first version of an escalate
+// block's line ("" for a pin's): its version is then the second.
 type certifiedLine struct {
-	version, typ, question, org string
-	threshold                   float64
-	cert                        string
+	version, typ, question, org, from string
+	threshold                         float64
+	cert                              string
 }
 
-// String writes the line as the Caddyfile does, after its pin.
+// String writes the line as the Caddyfile does, after its pin or escalate
+// block.
 func (l certifiedLine) String() string {
 	t := strconv.FormatFloat(l.threshold, 'f', -1, 64)
+	block := fmt.Sprintf("pin %q", l.version)
+	if l.from != "" {
+		block = fmt.Sprintf("escalate %q to %q", l.from, l.version)
+	}
 	switch {
 	case l.question != "":
-		return fmt.Sprintf("pin %q: question %q %s cert %s", l.version, l.question, t, l.cert)
+		return fmt.Sprintf("%s: question %q %s cert %s", block, l.question, t, l.cert)
 	case l.org != "":
-		return fmt.Sprintf("pin %q: org %q: %s %s cert %s", l.version, l.org, l.typ, t, l.cert)
+		return fmt.Sprintf("%s: org %q: %s %s cert %s", block, l.org, l.typ, t, l.cert)
 	}
-	return fmt.Sprintf("pin %q: %s %s cert %s", l.version, l.typ, t, l.cert)
+	return fmt.Sprintf("%s: %s %s cert %s", block, l.typ, t, l.cert)
 }
 
 // certifiedLines lists p's lines with a certificate id: the type lines,
@@ -61,7 +67,7 @@ func (l certifiedLine) check(certs map[string]certificate.Certificate) error {
 	if !ok {
 		return fmt.Errorf("%s: the certificates file has no certificate %s", l, l.cert)
 	}
-	if c.Model != l.version || c.Question != l.question || c.Org != l.org || (l.question == "" && c.Type != l.typ) {
+	if c.Model != l.version || c.EscalatedFrom != l.from || c.Question != l.question || c.Org != l.org || (l.question == "" && c.Type != l.typ) {
 		return fmt.Errorf("%s: certificate %s is for %s", l, l.cert, group(c))
 	}
 	if !c.Matches(l.threshold) {
@@ -71,9 +77,13 @@ func (l certifiedLine) check(certs map[string]certificate.Certificate) error {
 	return nil
 }
 
-// group names a certificate's group as a pin's lines do.
+// group names a certificate's group as a pin's or an escalate block's
+// lines do.
 func group(c certificate.Certificate) string {
 	s := []string{fmt.Sprintf("pin %q", c.Model)}
+	if c.EscalatedFrom != "" {
+		s[0] = fmt.Sprintf("escalate %q to %q", c.EscalatedFrom, c.Model)
+	}
 	if c.Org != "" {
 		s = append(s, fmt.Sprintf("org %q", c.Org))
 	}
@@ -98,18 +108,32 @@ func (c Config) CertificateMismatches(certs []certificate.Certificate) (mismatch
 	for _, cert := range certs {
 		byID[cert.ID] = cert
 	}
-	for _, p := range c.Pins {
-		for _, l := range p.certifiedLines() {
-			if strings.Contains(l.version+l.question+l.org, "{") {
-				continue
-			}
-			checked++
-			if err := l.check(byID); err != nil {
-				mismatches = append(mismatches, err)
-			}
+	for _, l := range c.certifiedLines() {
+		if strings.Contains(l.version+l.question+l.org+l.from, "{") {
+			continue
+		}
+		checked++
+		if err := l.check(byID); err != nil {
+			mismatches = append(mismatches, err)
 		}
 	}
 	return mismatches, checked
+}
+
+// certifiedLines lists the lines with a certificate id of c's pins, then
+// of its escalate blocks.
+func (c Config) certifiedLines() []certifiedLine {
+	var out []certifiedLine
+	for _, p := range c.Pins {
+		out = append(out, p.certifiedLines()...)
+	}
+	for _, e := range c.Escalations {
+		for _, l := range e.To.certifiedLines() {
+			l.from = e.From
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // checkCertificates reads the Certificates file and checks c's lines

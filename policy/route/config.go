@@ -69,12 +69,15 @@ type Config struct {
 	// DefaultAlarmRefresh (2s), never on the request path.
 	OnAlarm string `json:"on_alarm,omitempty"`
 	// Certificates, when set, is the file `calibrate --certificates` wrote:
-	// every `cert <id>` of the pins must be in it, for the line's model,
-	// type, question or org, and threshold (exactly, or as calibrate
-	// writes it: rounded up to 4 decimals). It is read when the config is
-	// validated and again when it is provisioned: a regular file of at
-	// most 16 MiB with at least one certificate. Default none: ids are
-	// only checked for their form.
+	// every `cert <id>` of the pins and escalate blocks must be in it, for
+	// the line's model (and first version), type, question or org, and
+	// threshold (exactly, or as calibrate writes it: rounded up to 4
+	// decimals). An escalate line's certificate computed under another
+	// threshold of the first version than its pin holds is logged as a
+	// warning when the router is made (StageMismatches), not refused. It
+	// is read when the config is validated and again when it is
+	// provisioned: a regular file of at most 16 MiB with at least one
+	// certificate. Default none: ids are only checked for their form.
 	Certificates string `json:"certificates,omitempty"`
 }
 

@@ -150,6 +150,7 @@ func New(cfg Config, client Store, prefix string, logger *zap.Logger, opts ...Op
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	cfg.warnStageMismatches(logger)
 	r := &Router{
 		pins:             make(map[string]*pin, len(cfg.Pins)),
 		unpinnedAuto:     cfg.Unpinned == RouteAuto,

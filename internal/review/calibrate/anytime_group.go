@@ -59,15 +59,19 @@ func (g groupView) entry(sp span, buf []obsLine) ([]obsLine, Draw, bool) {
 // groupSeed derives labels_expected's random stream from the group's
 // name, so that the same labels always give the same answer (and
 // `/progress` the same as `calibrate --json`).
-func groupSeed(model, typ, question, org string) uint64 {
+func groupSeed(k groupKey) uint64 {
 	h := fnv.New64a()
-	for _, s := range []string{model, typ, question} {
+	for _, s := range []string{k.model, k.typ, k.question} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	if org != "" { // an org group's own stream; the others' as they were
-		h.Write([]byte(org))
-		h.Write([]byte{0})
+	// An org group's and a second stage's own streams; the others' as
+	// they were.
+	for _, s := range []string{k.org, "from " + k.from} {
+		if s != "" && s != "from " {
+			h.Write([]byte(s))
+			h.Write([]byte{0})
+		}
 	}
 	return h.Sum64()
 }

@@ -117,12 +117,12 @@ func (s *Sample) markInForce(groups []Group, gs *grouping, ranges []span, before
 	newest := map[groupKey][]float64{}
 	for _, r := range auto {
 		n := s.names[r.name]
-		keys := []groupKey{{n.model, n.typ, "", ""}}
+		keys := []groupKey{{model: n.model, typ: n.typ, from: n.from}}
 		if n.question != "" {
-			keys = append(keys, groupKey{n.model, n.typ, n.question, ""})
+			keys = append(keys, groupKey{model: n.model, typ: n.typ, question: n.question, from: n.from})
 		}
-		if org := s.orgs[r.org]; org != "" {
-			keys = append(keys, groupKey{n.model, n.typ, "", org})
+		if org := s.orgs[r.org]; org != "" && n.from == "" { // second answers pool over orgs
+			keys = append(keys, groupKey{model: n.model, typ: n.typ, org: org})
 		}
 		for _, k := range keys {
 			if len(newest[k]) < InForceWindow {

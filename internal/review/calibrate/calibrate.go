@@ -111,6 +111,12 @@ type Line struct {
 	// Pass is true for a line of an entry a reviewer passed: complete, and
 	// a disagreement (Agree is false).
 	Pass bool
+	// EscalatedFrom is, on the line of an escalated question's second
+	// answer (`stage` 2), the first version: Model, Confidence and Agree
+	// are then the second version's. "" on a first answer's line. Such
+	// lines form groups of their own (escalate.go), never the second
+	// version's own.
+	EscalatedFrom string
 	// Auto is true when the gateway routed the question auto (`route`
 	// "auto"): where the threshold in force shows (Group.InForce).
 	Auto bool
@@ -256,8 +262,22 @@ type Group struct {
 	Question string
 	// Org is the org of an org group (ByOrg), "" for a pooled group.
 	Org string
-	// Delta is the risk the group was walked at: the calibration's, or
-	// with Family the group's share of it.
+	// EscalatedFrom is, for a group of second answers (stage 2), the
+	// first version they were escalated from; "" for a first-stage group.
+	EscalatedFrom string
+	// UnderThreshold is, for a second-stage group, the first version's
+	// threshold (as the fragment writes it) whose escalated questions the
+	// group was calibrated on; HasUnderThreshold is false when the first
+	// version has none there (every question of the type is escalated).
+	UnderThreshold    float64
+	HasUnderThreshold bool
+	// under names the first-stage group UnderThreshold is of, for its
+	// certificate; escalation counts what the second stage left out.
+	under      groupKey
+	escalation escalationCounts
+	// Delta is the risk the group was walked at: the calibration's; with
+	// Family the group's share of it; half of it for each stage of an
+	// escalated type (escalate.go).
 	Delta float64
 	// Cert is the id of the threshold's certificate, once Certify has
 	// written one; the fragment writes it on the threshold's line.
@@ -363,13 +383,34 @@ func Calibrate(lines []Line, opts Options) (Result, error) {
 
 // typeGroup finds the type group of a question group in sorted groups.
 func typeGroup(groups []Group, q Group) (Group, bool) {
-	i, ok := slices.BinarySearchFunc(groups, q, func(g, q Group) int {
-		return cmp.Or(cmp.Compare(g.Model, q.Model), compareTypes(g.Type, q.Type), cmp.Compare(g.Question, ""), cmp.Compare(g.Org, ""))
-	})
+	return findGroup(groups, groupKey{model: q.Model, typ: q.Type, from: q.EscalatedFrom})
+}
+
+// findGroup finds the group k names in sorted groups.
+func findGroup(groups []Group, k groupKey) (Group, bool) {
+	i, ok := slices.BinarySearchFunc(groups, k, func(g Group, k groupKey) int { return compareKeys(g.key(), k) })
 	if !ok {
 		return Group{}, false
 	}
 	return groups[i], true
+}
+
+// key is the name of g.
+func (g Group) key() groupKey {
+	return groupKey{model: g.Model, typ: g.Type, question: g.Question, org: g.Org, from: g.EscalatedFrom}
+}
+
+// sortGroups sorts groups by compareKeys.
+func sortGroups(groups []Group) {
+	slices.SortFunc(groups, func(a, b Group) int { return compareKeys(a.key(), b.key()) })
+}
+
+// compareKeys orders groups: the first stage's, then each first
+// version's second stage; within each, by model, type (noul, choice,
+// score), question (the type group first) and org (the pooled first).
+func compareKeys(a, b groupKey) int {
+	return cmp.Or(cmp.Compare(a.from, b.from), cmp.Compare(a.model, b.model), compareTypes(a.typ, b.typ),
+		cmp.Compare(a.question, b.question), cmp.Compare(a.org, b.org))
 }
 
 // typeOrder is the order types are listed in, as docs/calibration.md lists them.

@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -27,6 +26,11 @@ func Certify(res *Result, opts Options, raw [][]byte, created time.Time) ([]cert
 		c, err := certificateOf(*g, *res, opts, raw)
 		if err != nil {
 			return nil, err
+		}
+		if g.EscalatedFrom != "" {
+			// The first stage's groups come first: their ids are set.
+			under, _ := findGroup(res.Groups, g.under)
+			c.UnderCert = under.Cert
 		}
 		c.Created = created.UTC().Format(time.RFC3339)
 		c = c.Seal()
@@ -58,6 +62,16 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
 		MaxQuestions: opts.maxQuestions(), Since: opts.Since.String(), Family: opts.Family,
 		PlanEntries: g.PlanEntries, PlanCreated: g.PlanCreated,
+	}
+	if !opts.Family && g.Delta != 0 && g.Delta != res.Delta {
+		c.DeltaUsed = g.Delta // a stage of an escalated type: half of delta
+	}
+	if g.EscalatedFrom != "" {
+		c.Stage, c.EscalatedFrom = 2, g.EscalatedFrom
+		if g.HasUnderThreshold {
+			under := g.UnderThreshold
+			c.UnderThreshold = &under
+		}
 	}
 	if g.HasThreshold {
 		c.Threshold = g.Threshold
@@ -196,9 +210,8 @@ func VerifyPlanned(certs []certificate.Certificate, raw [][]byte, plans *PlanSet
 			}
 			results[r], kept[r] = res, lines
 		}
-		i, found := slices.BinarySearchFunc(res.Groups, c, func(g Group, c certificate.Certificate) int {
-			return cmp.Or(cmp.Compare(g.Model, c.Model), compareTypes(g.Type, c.Type), cmp.Compare(g.Question, c.Question), cmp.Compare(g.Org, c.Org))
-		})
+		k := groupKey{model: c.Model, typ: c.Type, question: c.Question, org: c.Org, from: c.EscalatedFrom}
+		i, found := slices.BinarySearchFunc(res.Groups, k, func(g Group, k groupKey) int { return compareKeys(g.key(), k) })
 		if !found {
 			out = append(out, Verification{ID: c.ID, Differences: []string{"no such group in the labels (labels changed)"}})
 			continue
@@ -207,7 +220,7 @@ func VerifyPlanned(certs []certificate.Certificate, raw [][]byte, plans *PlanSet
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Verification{ID: c.ID, Differences: certificate.Differences(c, got)})
+		out = append(out, Verification{ID: c.ID, Differences: append(certificate.Differences(c, got), underDifferences(c, certs)...)})
 	}
 	return out, nil
 }

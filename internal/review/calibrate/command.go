@@ -72,6 +72,15 @@ agree null for each audited question not labelled yet, so the prefix is
 computed from the file alone. The table says, per group held back, the
 entry it waits on (--json: complete_through, waiting_on).
 
+The second answers of escalated questions (lines with "stage": 2 and
+"escalated_from") form groups of their own, shown as <first> -> <second>,
+and the block gets an escalate <first> to <second> { ... } with their
+thresholds beside the first version's pin. They count only for the
+questions the first version answers below its threshold in the same
+output, and delta is split between the two stages, so that all the
+auto answers of a type, both versions' together, hold the target
+(docs/escalation.md).
+
 Each entry's evidence is weighed against --max-questions, the most
 questions of one group an entry can hold, so that the guarantee is per
 answer however the entries' sizes vary; an entry above it is refused and

@@ -61,15 +61,7 @@ func TestDocCalibrateCommand(t *testing.T) {
 		b, _ := json.Marshal(line)
 		body.Write(append(b, '\n'))
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if u, p, ok := req.BasicAuth(); !ok || u != "ann" || p != "secret" || req.URL.Path != "/review/labels" {
-			http.Error(w, `{"detail":"no"}`, http.StatusUnauthorized)
-			return
-		}
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		_, _ = w.Write([]byte(body.String()))
-	}))
-	defer srv.Close()
+	srv := labelsServer(t, body.String())
 	url := args[len(args)-1]
 	if !strings.HasPrefix(url, "https://ann:secret@gateway.example/") {
 		t.Fatalf("URL %q", url)
@@ -95,3 +87,23 @@ func TestDocCalibrateCommand(t *testing.T) {
 		t.Errorf("uniform method on the active audit's lines: %v", err)
 	}
 }
+
+// labelsServer serves labels as the review API's /labels at
+// /review/labels, behind basic auth for the user ann, password secret, as
+// the docs' $REVIEW has it; closed when the test ends.
+func labelsServer(t *testing.T, labels string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if u, p, ok := req.BasicAuth(); !ok || u != "ann" || p != "secret" || req.URL.Path != "/review/labels" {
+			http.Error(w, `{"detail":"no"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = w.Write([]byte(labels))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// LabelsServer is labelsServer, for the package's external tests.
+var LabelsServer = labelsServer

@@ -78,15 +78,21 @@ func (s *Sample) familyDeltas(gs *grouping, opts Options) []float64 {
 			continue
 		}
 		n := s.names[r.name]
-		form(groupKey{n.model, n.typ, "", ""}, i)
+		form(groupKey{model: n.model, typ: n.typ, from: n.from}, i)
 		switch {
+		case opts.By == ByQuestion && n.question != "" && n.from != "":
+			// A second answers' question group is its first answers'
+			// mirror (escalate.go): it forms once that one has.
+			if lines[groupKey{model: n.from, typ: n.typ, question: n.question}] >= opts.MinLabels {
+				form(groupKey{model: n.model, typ: n.typ, question: n.question, from: n.from}, i)
+			}
 		case opts.By == ByQuestion && n.question != "":
-			k := groupKey{n.model, n.typ, n.question, ""}
+			k := groupKey{model: n.model, typ: n.typ, question: n.question}
 			if lines[k]++; lines[k] == opts.MinLabels {
 				form(k, i)
 			}
-		case opts.By == ByOrg && s.orgs[r.org] != "":
-			k := groupKey{n.model, n.typ, "", s.orgs[r.org]}
+		case opts.By == ByOrg && s.orgs[r.org] != "" && n.from == "": // second answers pool over orgs
+			k := groupKey{model: n.model, typ: n.typ, org: s.orgs[r.org]}
 			if entries[k] == nil {
 				entries[k] = map[[2]uint64]bool{}
 			}
@@ -103,8 +109,7 @@ func (s *Sample) familyDeltas(gs *grouping, opts Options) []float64 {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b formed) int {
-		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.key.model, b.key.model), compareTypes(a.key.typ, b.key.typ),
-			cmp.Compare(a.key.question, b.key.question), cmp.Compare(a.key.org, b.key.org))
+		return cmp.Or(cmp.Compare(a.at, b.at), compareKeys(a.key, b.key))
 	})
 	rank := make(map[groupKey]int, len(order))
 	for i, f := range order {

@@ -237,6 +237,9 @@ func LineOf(rec *record.Label) (Line, error) {
 	if rec.Pass {
 		l.Agree = false // a passed entry's questions count as disagreements
 	}
+	if rec.Stage == record.StageSecond {
+		l.EscalatedFrom = rec.EscalatedFrom
+	}
 	if rec.Confidence != nil {
 		l.Confidence, l.HasConfidence = max(*rec.Confidence, 0), true // -0 would print as "-0"
 	}

@@ -38,6 +38,9 @@ type groupJSON struct {
 	Type           string   `json:"type"`
 	Question       string   `json:"question"`
 	Org            string   `json:"org"`
+	Stage          int      `json:"stage"`
+	EscalatedFrom  string   `json:"escalated_from"`
+	UnderThreshold *float64 `json:"under_threshold"`
 	Labels         int      `json:"labels"`
 	Threshold      *float64 `json:"threshold"`
 	Agree          int      `json:"agree"`
@@ -56,8 +59,9 @@ type groupJSON struct {
 	// LateCorrections is the review API's count (GET /progress); null
 	// from a file, which cannot tell.
 	LateCorrections *int `json:"late_corrections"`
-	// Delta is the group's share of the family's delta, with --family
-	// only.
+	// Delta is the group's share of the family's delta, with --family,
+	// or half of delta for each stage of an escalated type; absent
+	// otherwise.
 	Delta *float64 `json:"delta,omitempty"`
 	// Bins is the reliability diagram, InForce the threshold in force
 	// (null when no answer of the group was routed auto): bins.go.
@@ -83,15 +87,21 @@ type inForceJSON struct {
 
 // MarshalJSON writes the documented `--json` document: {"target", "delta",
 // "method", "since", "ignored", "groups": [{"model", "type", "question",
-// "org", "labels", "threshold", "agree", "n", "entries", "lower_bound",
-// "coverage", "labels_needed", "labels_expected", "complete_through",
-// "waiting_on", "waiting", "refused", "late_corrections", "bins",
+// "org", "stage", "escalated_from", "under_threshold", "labels",
+// "threshold", "agree", "n", "entries", "lower_bound", "coverage",
+// "labels_needed", "labels_expected", "complete_through", "waiting_on",
+// "waiting", "refused", "late_corrections", "delta", "bins",
 // "in_force"}]}, since null without --since, with an unrounded
 // threshold, or null; lower_bound null where the method has none,
 // labels_expected null where there is no estimate, complete_through null
 // with an empty prefix, waiting_on null when nothing holds it back,
-// late_corrections null unless the review API counted them. Notes are not
-// part of it.
+// late_corrections null unless the review API counted them; stage 2 and
+// escalated_from the first version for a group of second answers (stage 1
+// and "" otherwise), under_threshold the first version's threshold it was
+// calibrated under (null for stage 1, and for a second stage under none),
+// delta the risk the group was walked at with --family (its share) or
+// where it differs from the calibration's (each stage of an escalated
+// type: half of it), absent otherwise. Notes are not part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
 	doc := resultJSON{Target: r.Target, Delta: r.Delta, Method: r.Method, Family: r.Family, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
 	if r.Since.Set {
@@ -101,11 +111,15 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Org: g.Org, Labels: g.Labels,
+			Stage: g.Stage(), EscalatedFrom: g.EscalatedFrom,
 			Agree: g.Agree, N: g.N, Entries: g.Entries, Coverage: g.Coverage,
 			LabelsNeeded: g.LabelsNeeded,
 		}
 		if g.HasThreshold {
 			gj.Threshold = &g.Threshold
+		}
+		if g.HasUnderThreshold {
+			gj.UnderThreshold = &g.UnderThreshold
 		}
 		if g.HasLowerBound {
 			gj.LowerBound = &g.LowerBound
@@ -130,7 +144,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		if g.InForce != nil {
 			gj.InForce = (*inForceJSON)(g.InForce)
 		}
-		if r.Family {
+		if r.Family || g.Delta != r.Delta {
 			gj.Delta = &g.Delta
 		}
 		doc.Groups = append(doc.Groups, gj)
@@ -194,13 +208,16 @@ func WriteTable(w io.Writer, r Result) error {
 			expect = strconv.Itoa(g.LabelsExpected)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n",
-			display(g.Model), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded, expect)
+			modelLabel(g), g.Type, groupQuestion(g), g.Labels, threshold, agree, lb, coverage, g.LabelsNeeded, expect)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	var held []string
 	for _, g := range r.Groups {
+		if g.EscalatedFrom != "" {
+			held = append(held, stageLine(g, r.Delta))
+		}
 		if line := prefixLine(g); line != "" {
 			held = append(held, line)
 		}
@@ -249,7 +266,7 @@ func prefixLine(g Group) string {
 
 // groupLabel names a group in a line under the table.
 func groupLabel(g Group) string {
-	name := display(g.Model) + " " + g.Type
+	name := modelLabel(g) + " " + g.Type
 	if g.Question != "" {
 		name += " question " + display(g.Question)
 	}
@@ -335,12 +352,18 @@ func WriteFragment(w io.Writer, r Result) error {
 	for _, line := range promiseComment(r) {
 		fmt.Fprintf(bw, "\t# %s\n", line)
 	}
-	for i := 0; i < len(r.Groups); {
+	// The first stage's groups come first (compareKeys): a pin each
+	// version, then the escalate blocks of the second stage's.
+	second := slices.IndexFunc(r.Groups, func(g Group) bool { return g.EscalatedFrom != "" })
+	if second < 0 {
+		second = len(r.Groups)
+	}
+	for i := 0; i < second; {
 		model := r.Groups[i].Model
 		var body []string
 		orgs := map[string][]string{} // org -> its lines, in type order
 		var orgOrder []string
-		for ; i < len(r.Groups) && r.Groups[i].Model == model; i++ {
+		for ; i < second && r.Groups[i].Model == model; i++ {
 			g := r.Groups[i]
 			if g.Org != "" {
 				// An org of its own never falls back to the pooled line:
@@ -358,25 +381,8 @@ func WriteFragment(w io.Writer, r Result) error {
 				orgs[g.Org] = append(orgs[g.Org], line)
 				continue
 			}
-			if !g.HasThreshold {
-				if tg, ok := typeGroup(r.Groups, g); ok && g.Question != "" && tg.HasThreshold {
-					body = append(body, fmt.Sprintf("# question %s: no threshold of its own; it takes %s %s, computed without its labels",
-						quoteNote(g.Question), g.Type, FormatThreshold(tg.Threshold)))
-				}
-				continue
-			}
-			t := FormatThreshold(g.Threshold)
-			if g.Cert != "" {
-				t += " cert " + g.Cert
-			}
-			if g.Question == "" {
-				body = append(body, g.Type+" "+t)
-				continue
-			}
-			if id, ok := caddyfileToken(g.Question); ok {
-				body = append(body, "question "+id+" "+t)
-			} else {
-				body = append(body, fmt.Sprintf("# question %s %s: no Caddyfile token can hold this id; set it in the JSON config", quoteNote(g.Question), t))
+			if line, ok := thresholdLine(g, r.Groups); ok {
+				body = append(body, line)
 			}
 		}
 		slices.Sort(orgOrder)
@@ -406,8 +412,35 @@ func WriteFragment(w io.Writer, r Result) error {
 		}
 		fmt.Fprintln(bw, "\t}")
 	}
+	writeEscalations(bw, r.Groups)
 	fmt.Fprintln(bw, "}")
 	return bw.Flush()
+}
+
+// thresholdLine is the line of a type or question group g in a pin or an
+// escalate block: `<type> <t> [cert <id>]` or `question <id> <t> [cert
+// <id>]`; for a question group without a threshold whose type has one, a
+// comment (the gateway gives it its type's); false for a group with
+// nothing to write.
+func thresholdLine(g Group, groups []Group) (string, bool) {
+	if !g.HasThreshold {
+		if tg, ok := typeGroup(groups, g); ok && g.Question != "" && tg.HasThreshold {
+			return fmt.Sprintf("# question %s: no threshold of its own; it takes %s %s, computed without its labels",
+				quoteNote(g.Question), g.Type, FormatThreshold(tg.Threshold)), true
+		}
+		return "", false
+	}
+	t := FormatThreshold(g.Threshold)
+	if g.Cert != "" {
+		t += " cert " + g.Cert
+	}
+	if g.Question == "" {
+		return g.Type + " " + t, true
+	}
+	if id, ok := caddyfileToken(g.Question); ok {
+		return "question " + id + " " + t, true
+	}
+	return fmt.Sprintf("# question %s %s: no Caddyfile token can hold this id; set it in the JSON config", quoteNote(g.Question), t), true
 }
 
 // caddyfileToken writes s as one Caddyfile token that the route block reads

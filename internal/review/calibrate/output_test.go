@@ -171,7 +171,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	nulls := 0
 	for _, g := range groups {
-		if got := keys(g); got != "agree bins complete_through coverage entries in_force labels labels_expected labels_needed late_corrections lower_bound model n org question refused threshold type waiting waiting_on" {
+		if got := keys(g); got != "agree bins complete_through coverage entries escalated_from in_force labels labels_expected labels_needed late_corrections lower_bound model n org question refused stage threshold type under_threshold waiting waiting_on" {
 			t.Errorf("group fields: %s", got)
 		}
 		if g["threshold"] == nil {

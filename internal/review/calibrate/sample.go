@@ -59,8 +59,9 @@ type Sample struct {
 	deduped bool
 }
 
-// groupName is a line's (model, type, question), held once per sample.
-type groupName struct{ model, typ, question string }
+// groupName is a line's (model, type, question), and for a second
+// answer the first version (from), held once per sample.
+type groupName struct{ model, typ, question, from string }
 
 // compactLine is one line as the calibration keeps it: 72 bytes.
 type compactLine struct {
@@ -82,6 +83,8 @@ const (
 	hasConfidence recordFlags = 1 << iota
 	agrees
 	audited
+	// replayed: a line of `replay`, or a second answer; either way its
+	// confidence is not the one the audit drew the entry by.
 	replayed
 	hasEntry
 	// unkeyed: no request_id and no entry to tell a copy by; never a
@@ -129,7 +132,7 @@ func (s *Sample) Add(l Line) {
 	if s.added == math.MaxUint32 {
 		panic("calibrate: more than 4294967295 lines in one sample")
 	}
-	n := groupName{l.Model, l.Type, l.Question}
+	n := groupName{l.Model, l.Type, l.Question, l.EscalatedFrom}
 	ni, ok := s.nameIndex[n]
 	if !ok {
 		ni = uint32(len(s.names))
@@ -156,7 +159,7 @@ func (s *Sample) Add(l Line) {
 	for _, f := range []struct {
 		on   bool
 		flag recordFlags
-	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}, {l.Pending, pending}, {l.Auto, routedAuto}} {
+	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay || l.EscalatedFrom != "", replayed}, {l.Entry.Set, hasEntry}, {l.Pending, pending}, {l.Auto, routedAuto}} {
 		if f.on {
 			r.flags |= f.flag
 		}
@@ -189,6 +192,11 @@ func (s *Sample) Add(l Line) {
 			}
 			h.WriteByte(0)
 			h.WriteString(l.Question)
+			if l.EscalatedFrom != "" {
+				// A second answer is a line of its own beside the first.
+				h.WriteByte(0)
+				h.WriteString(l.EscalatedFrom)
+			}
 			r.key[i] = h.Sum64()
 		}
 	}

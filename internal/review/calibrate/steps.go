@@ -35,17 +35,21 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 	deltas := s.familyDeltas(gs, opts) // before sortRecords: in entry order
 	res.Family = opts.Family
 	ranges := gs.sortRecords(s)
+	stages := s.findStages(gs, ranges)
 	for g, k := range gs.keys {
+		if k.from != "" {
+			res.Groups = append(res.Groups, Group{}) // walked below, under the first stage's thresholds
+			continue
+		}
 		o := opts
-		o.Delta = deltas[g]
+		o.Delta = stages.delta(k, deltas[g], opts.Family)
 		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], o, method))
-		res.Groups[len(res.Groups)-1].Delta = deltas[g]
 	}
+	stages.walkSecond(s, gs, ranges, res.Groups, deltas, opts, method)
 	s.markInForce(res.Groups, gs, ranges, before)
-	slices.SortFunc(res.Groups, func(a, b Group) int {
-		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question), cmp.Compare(a.Org, b.Org))
-	})
+	sortGroups(res.Groups)
 	res.Notes = append(res.Notes, questionNotes(res.Groups)...)
+	res.Notes = append(res.Notes, stages.notes(res.Groups)...)
 	return res, nil
 }
 
@@ -103,8 +107,9 @@ func (s *Sample) markComplete(asOf, window int64) {
 	}
 }
 
-// groupKey names a group.
-type groupKey struct{ model, typ, question, org string }
+// groupKey names a group; from is the first version of a second-stage
+// group, "" for a first-stage one.
+type groupKey struct{ model, typ, question, org, from string }
 
 // grouping is each record's group: its name's group, or its org's.
 type grouping struct {
@@ -162,9 +167,14 @@ func (s *Sample) groups(opts Options, res *Result) *grouping {
 			gs.groupOf[i] = -1
 			continue
 		}
-		gs.groupOf[i] = gs.add(groupKey{n.model, n.typ, "", ""})
-		if own[groupKey{n.model, n.typ, n.question, ""}] {
-			gs.groupOf[i] = gs.add(groupKey{n.model, n.typ, n.question, ""})
+		k := groupKey{model: n.model, typ: n.typ, from: n.from}
+		gs.groupOf[i] = gs.add(k)
+		// A second answer's question has a group of its own exactly where
+		// its first answer's has one, so that each first-stage group has
+		// its second stage (escalate.go).
+		if own[groupKey{model: cmp.Or(n.from, n.model), typ: n.typ, question: n.question}] {
+			k.question = n.question
+			gs.groupOf[i] = gs.add(k)
 		}
 	}
 	if opts.By == ByOrg {
@@ -183,27 +193,27 @@ func (s *Sample) ownQuestions(count []int, minLabels int, res *Result) map[group
 	own := map[groupKey]bool{}
 	types := map[groupKey][]string{} // (model, "", question) -> types
 	for i, n := range s.names {
-		if count[i] == 0 {
-			continue
+		if count[i] == 0 || n.from != "" {
+			continue // second answers follow their first answers' groups
 		}
-		k := groupKey{n.model, "", n.question, ""}
+		k := groupKey{model: n.model, question: n.question}
 		if !slices.Contains(types[k], n.typ) {
 			types[k] = append(types[k], n.typ)
 		}
 	}
 	var notes []string
 	for i, n := range s.names {
-		if count[i] < minLabels || n.question == "" {
+		if count[i] < minLabels || n.question == "" || n.from != "" {
 			continue // an empty id is the type group's key: stays there
 		}
-		if ts := types[groupKey{n.model, "", n.question, ""}]; len(ts) > 1 {
+		if ts := types[groupKey{model: n.model, question: n.question}]; len(ts) > 1 {
 			slices.SortFunc(ts, compareTypes)
 			notes = append(notes, fmt.Sprintf(
 				"question %s of %s is asked as %s: kept in its type groups, since a pin's question threshold applies to every type",
 				quoteNote(n.question), quoteNote(n.model), strings.Join(ts, " and ")))
 			continue
 		}
-		own[groupKey{n.model, n.typ, n.question, ""}] = true
+		own[groupKey{model: n.model, typ: n.typ, question: n.question}] = true
 	}
 	slices.Sort(notes)
 	res.Notes = append(res.Notes, slices.Compact(notes)...)
@@ -220,8 +230,8 @@ func (s *Sample) orgGroups(gs *grouping, minLabels int) {
 	entries := map[seen]map[[2]uint64]bool{}
 	for i := range s.records {
 		r := &s.records[i]
-		if !r.is(audited) || r.is(pending) {
-			continue
+		if !r.is(audited) || r.is(pending) || s.names[r.name].from != "" {
+			continue // the escalate block has no org lines: second answers pool
 		}
 		k := seen{gs.groupOf[r.name], r.org}
 		if entries[k] == nil {
@@ -239,7 +249,7 @@ func (s *Sample) orgGroups(gs *grouping, minLabels int) {
 			continue // "" is the pooled group's key: stays there
 		}
 		tk := gs.keys[k.group]
-		gs.orgGroup[[2]uint32{uint32(k.group), k.org}] = gs.add(groupKey{tk.model, tk.typ, "", org})
+		gs.orgGroup[[2]uint32{uint32(k.group), k.org}] = gs.add(groupKey{model: tk.model, typ: tk.typ, org: org})
 	}
 }
 
@@ -327,7 +337,7 @@ func (s *Sample) walkGroup(k groupKey, records []compactLine, opts Options, meth
 	if k.question != "" {
 		most = 1 // an entry asks a question id once: one question of the group at most
 	}
-	gv := groupView{sample: s, records: prefix, seed: groupSeed(k.model, k.typ, k.question, k.org),
+	gv := groupView{sample: s, records: prefix, seed: groupSeed(k),
 		expect: opts.Expect, maxQuestions: most}
 	var walked Group
 	switch method {
@@ -337,7 +347,8 @@ func (s *Sample) walkGroup(k groupKey, records []compactLine, opts Options, meth
 		walked = gv.walkAnytime(opts.Target, opts.Delta, method == MethodWeighted)
 	}
 	walked.CompleteThrough, walked.WaitingOn = out.CompleteThrough, out.WaitingOn
-	walked.Model, walked.Type, walked.Question, walked.Org = k.model, k.typ, k.question, k.org
+	walked.Model, walked.Type, walked.Question, walked.Org, walked.EscalatedFrom = k.model, k.typ, k.question, k.org, k.from
+	walked.Delta = opts.Delta
 	walked.lines = make([]uint32, 0, len(records))
 	for _, r := range records {
 		if r.is(pending) {
@@ -363,7 +374,7 @@ func questionNotes(groups []Group) []string {
 		if tg, ok := typeGroup(groups, q); ok && tg.HasThreshold {
 			notes = append(notes, fmt.Sprintf(
 				"question %s of %s has no threshold of its own, so it takes its type's (%s %s), computed without its labels; run with --by type, or label more of it",
-				quoteNote(q.Question), quoteNote(q.Model), q.Type, FormatThreshold(tg.Threshold)))
+				quoteNote(q.Question), noteModel(q), q.Type, FormatThreshold(tg.Threshold)))
 		}
 	}
 	return notes

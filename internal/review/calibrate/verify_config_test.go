@@ -3,6 +3,7 @@ package calibrate_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,19 +87,28 @@ func write(t *testing.T, dir, name, text string) string {
 // returns what it wrote to standard output.
 func runVerify(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return runSubcommand(t, nil, "verify", args...)
+}
+
+// runSubcommand runs the subcommand name as the binary registers it, with
+// stdin (nil: none) as its standard input, and returns what it wrote to
+// standard output.
+func runSubcommand(t *testing.T, stdin io.Reader, name string, args ...string) (string, error) {
+	t.Helper()
 	for _, c := range calibrate.Commands(caddyfile.CertificateMismatches) {
-		if c.Name != "verify" {
+		if c.Name != name {
 			continue
 		}
-		cmd := &cobra.Command{Use: "verify", SilenceUsage: true, SilenceErrors: true}
+		cmd := &cobra.Command{Use: name, SilenceUsage: true, SilenceErrors: true}
 		c.CobraFunc(cmd)
 		var out, errOut bytes.Buffer
 		cmd.SetArgs(args)
+		cmd.SetIn(stdin)
 		cmd.SetOut(&out)
 		cmd.SetErr(&errOut) // the error's one line; err carries it too
 		err := cmd.Execute()
 		return out.String(), err
 	}
-	t.Fatal("no verify command")
+	t.Fatalf("no %s command", name)
 	return "", nil
 }

@@ -71,6 +71,21 @@ type Certificate struct {
 	AsOf          string `json:"as_of,omitempty"`
 	CorrectWithin string `json:"correct_within,omitempty"`
 	MaxQuestions  int    `json:"max_questions,omitempty"`
+	// DeltaUsed is the risk the group was calibrated at when it is not
+	// Delta: Delta/2 for each stage of an escalated type. Absent
+	// otherwise.
+	DeltaUsed float64 `json:"delta_used,omitempty"`
+	// Stage is 2 on the certificate of an escalate block's line: Model is
+	// then the second version, EscalatedFrom the first, and the
+	// threshold is for the second answers of the questions escalated
+	// under UnderThreshold, the first version's threshold (as the
+	// fragment writes it; absent when it had none: every question
+	// escalated), whose own certificate is UnderCert. All absent on a
+	// first-stage certificate.
+	Stage          int      `json:"stage,omitempty"`
+	EscalatedFrom  string   `json:"escalated_from,omitempty"`
+	UnderThreshold *float64 `json:"under_threshold,omitempty"`
+	UnderCert      string   `json:"under_cert,omitempty"`
 	// Since is the first entry id the evidence was taken from (`calibrate
 	// --since`), so that verify leaves out the same entries; absent when
 	// every entry counted.
@@ -201,7 +216,21 @@ func Differences(want, got Certificate) []string {
 	if !sameFloat(want.Evidence, got.Evidence) {
 		d = append(d, fmt.Sprintf("evidence %v, now %v", want.Evidence, got.Evidence))
 	}
+	if want.DeltaUsed != got.DeltaUsed {
+		d = append(d, fmt.Sprintf("delta_used %v, now %v", want.DeltaUsed, got.DeltaUsed))
+	}
+	if a, b := thresholdOrNone(want.UnderThreshold), thresholdOrNone(got.UnderThreshold); a != b {
+		d = append(d, fmt.Sprintf("under_threshold %s, now %s (the first version's threshold it was computed under)", a, b))
+	}
 	return d
+}
+
+// thresholdOrNone writes an under_threshold, "none" when absent.
+func thresholdOrNone(t *float64) string {
+	if t == nil {
+		return "none"
+	}
+	return strconv.FormatFloat(*t, 'g', -1, 64)
 }
 
 // formatOr writes a recomputed threshold, or "" when the group has none
