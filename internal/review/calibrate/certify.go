@@ -174,7 +174,7 @@ func VerifyPlanned(certs []certificate.Certificate, raw [][]byte, plans *PlanSet
 	for _, c := range certs {
 		r := runOf(c)
 		if c.Method == MethodUniform {
-			if d := checkPlan(certWithPlan{c.Model, c.Type, c.Question, c.Org, c.PlanEntries, c.PlanCreated}, plans, firstLabel); len(d) > 0 {
+			if d := checkPlan(certWithPlan{c.Model, c.Type, c.Question, c.Org, c.EscalatedFrom, c.PlanEntries, c.PlanCreated}, plans, firstLabel); len(d) > 0 {
 				out = append(out, Verification{ID: c.ID, Differences: d})
 				continue
 			}

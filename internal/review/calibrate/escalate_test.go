@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/systemone/systemone-gateway/internal/review/certificate"
+	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
 // escalationExample is the labels of docs/escalation.md's example: 600
@@ -316,5 +317,17 @@ func TestSecondStageFamily(t *testing.T) {
 	}
 	if len(res.Groups) != 2 || res.Groups[0].Delta != 0.05*familyShare(1) || res.Groups[1].Delta != 0.05*familyShare(2) {
 		t.Errorf("family shares: %v and %v, want %v and %v", res.Groups[0].Delta, res.Groups[1].Delta, 0.05*familyShare(1), 0.05*familyShare(2))
+	}
+}
+
+// A plan names no first version: a group of second answers never takes
+// the second version's own group's plan.
+func TestSecondStageHasNoPlan(t *testing.T) {
+	plans := NewPlanSet([]record.Plan{{Model: "B", Type: "noul", Entries: 100, Created: "2026-01-01T00:00:00Z"}})
+	if _, ok := plans.of(groupKey{model: "B", typ: "noul"}); !ok {
+		t.Error("B's own group has no plan")
+	}
+	if p, ok := plans.of(groupKey{model: "B", typ: "noul", from: "A"}); ok {
+		t.Errorf("the second answers of A's questions took B's plan %+v", p)
 	}
 }

@@ -58,8 +58,14 @@ func NewPlanSet(plans []record.Plan) *PlanSet {
 	return s
 }
 
-// of returns the plan of a group.
+// of returns the plan of a group. A plan names no first version, so a
+// group of second answers (escalate.go) has none: under --method uniform
+// with plans it gets no threshold, rather than the second version's own
+// group's look.
 func (s *PlanSet) of(k groupKey) (record.Plan, bool) {
+	if k.from != "" {
+		return record.Plan{}, false
+	}
 	p, ok := s.byGroup[record.PlanKey(k.model, k.typ, k.question, k.org)]
 	return p, ok
 }
@@ -144,7 +150,7 @@ func checkPlan(c certWithPlan, plans *PlanSet, firstLabel map[[2]string]time.Tim
 	if plans == nil {
 		return []string{"a uniform certificate: its plan cannot be checked without the review API's /plans (--plan)"}
 	}
-	p, ok := plans.of(groupKey{c.model, c.typ, c.question, c.org})
+	p, ok := plans.of(groupKey{model: c.model, typ: c.typ, question: c.question, org: c.org, from: c.from})
 	if !ok {
 		return []string{"its plan is not in /plans"}
 	}
@@ -162,9 +168,9 @@ func checkPlan(c certWithPlan, plans *PlanSet, firstLabel map[[2]string]time.Tim
 
 // certWithPlan is what checkPlan reads of a certificate.
 type certWithPlan struct {
-	model, typ, question, org string
-	planEntries               int
-	planCreated               string
+	model, typ, question, org, from string
+	planEntries                     int
+	planCreated                     string
 }
 
 // planUsage checks --plan against the method and --certificates: a
