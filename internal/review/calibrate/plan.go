@@ -144,7 +144,7 @@ func checkPlan(c certWithPlan, plans *PlanSet, firstLabel map[[2]string]time.Tim
 	if plans == nil {
 		return []string{"a uniform certificate: its plan cannot be checked without the review API's /plans (--plan)"}
 	}
-	p, ok := plans.of(groupKey{c.model, c.typ, c.question, c.org})
+	p, ok := plans.of(groupKey{c.model, c.typ, c.question, c.org, ""}) // a plan is of a first stage's group
 	if !ok {
 		return []string{"its plan is not in /plans"}
 	}
