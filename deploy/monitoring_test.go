@@ -206,7 +206,8 @@ func TestDashboardFile(t *testing.T) {
 		"Limit rejections", "Budget rejections", "Breaker state per model", "Input tokens per second", "Cost per hour",
 		"Review labels per model and type", "Review agreement per model and type", "Redis up", "Settlements waiting for Redis",
 		"Answer cache requests", "Answer cache hit ratio",
-		"Guarantee evidence per group", "Guarantee alarms", "Share routed to people per model"} {
+		"Guarantee evidence per group", "Guarantee alarms", "Share routed to people per model",
+		"Share routed to people with and without escalation"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("no panel %q", want)
 		}
@@ -282,6 +283,25 @@ func TestDashboardAgainstPrometheus(t *testing.T) {
 			default:
 				t.Logf("panel %q: %d series, %v", p.Title, len(values), values)
 			}
+		}
+	}
+	// The load's unsure answers were taken from the second version: without
+	// escalation more would have gone to people, and some were asked again.
+	for _, p := range d.Panels {
+		if p.Title != "Share routed to people with and without escalation" {
+			continue
+		}
+		var shares []float64
+		for _, target := range p.Targets {
+			values, err := prom.query(grafanaVars.Replace(target.Expr))
+			if err != nil || len(values) != 1 {
+				t.Fatalf("panel %q, query %s: %v %v", p.Title, target.RefID, values, err)
+			}
+			shares = append(shares, values[0])
+		}
+		if len(shares) != 3 || !(shares[0] < shares[1]) || !(shares[2] > 0) {
+			t.Errorf("panel %q: to people %v, without escalation %v, asked again %v; want fewer to people with escalation, and some asked again",
+				p.Title, shares[0], shares[1], shares[2])
 		}
 	}
 	prom.checkRules(t)

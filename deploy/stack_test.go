@@ -114,6 +114,11 @@ func startStack(t *testing.T) *stack {
 				pin service-1.0.0 {
 					noul 0.5
 				}
+				# Every unsure answer asked again, and taken from the second
+				# version: the escalation panel's lines differ.
+				escalate service-1.0.0 to service-2.0.0 {
+					noul 0.05
+				}
 				queue %[3]s maxlen 1000
 				audit 1
 			}
@@ -199,8 +204,13 @@ func (s *stack) drive(t *testing.T, round int) int {
 	}
 	queued := 0
 	for range 2 {
+		// Unsure (confidence 0.1): escalated, and answered by the second
+		// version (0.1 again, above its 0.05).
 		a := s.send(t, "POST", "/v1/systemone", acme, noulBody, "X-Simulator-Confidence", `{"late":0.55}`)
 		expect("low confidence", a, 200, "")
+		if a.route != "auto" {
+			t.Fatalf("round %d: an escalated answer routed %q, want auto", round, a.route)
+		}
 		queued++
 	}
 	expect("guardrails review", s.send(t, "POST", "/v1/systemone", acme, stateBody("You idiot, the parcel was late.")), 200, "")

@@ -21,11 +21,14 @@ func TestWalkthroughServesTheScrapedMetrics(t *testing.T) {
 	if !strings.Contains(string(shipped), "- localhost:9180\n") {
 		t.Fatalf("%s does not scrape localhost:9180", scrapeConfigFile)
 	}
-	text, err := os.ReadFile("examples/review-loop/Caddyfile")
+	const example = "examples/review-loop/Caddyfile"
+	text, err := os.ReadFile(example)
 	if err != nil {
 		t.Fatal(err)
 	}
-	adapted, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt(text, map[string]any{"filename": "Caddyfile"})
+	// The file's own name, so that its import of pins.caddy is read
+	// beside it.
+	adapted, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt(text, map[string]any{"filename": example})
 	if err != nil {
 		t.Fatalf("adapt: %v %v", err, warnings)
 	}

@@ -10,7 +10,7 @@ import (
 
 // TestDockerignoreKeepsBuildOutputsOut: every build output .gitignore
 // keeps out of the repository stays out of the image's build context too,
-// with what the walk-through writes.
+// with the certificates file `calibrate --certificates` writes where it runs.
 func TestDockerignoreKeepsBuildOutputsOut(t *testing.T) {
 	patterns := func(name string) []string {
 		data, err := os.ReadFile(filepath.Join(root, name))

@@ -129,8 +129,14 @@ func allBlocks(t *testing.T) []block {
 }
 
 func adapt(text string) ([]byte, error) {
+	return adaptFile(text, "Caddyfile")
+}
+
+// adaptFile adapts text as the Caddyfile at path: the files it imports
+// are read relative to the path's directory.
+func adaptFile(text, path string) ([]byte, error) {
 	adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
-	cfg, _, err := adapter.Adapt([]byte(text), map[string]any{"filename": "Caddyfile"})
+	cfg, _, err := adapter.Adapt([]byte(text), map[string]any{"filename": path})
 	return cfg, err
 }
 

@@ -218,7 +218,7 @@ func runnable(c string) bool {
 var ownShellTests = map[string]string{
 	"docs/calibration.md":  "handlers/replay_loop_e2e_test.go (TestReplayLoop)",
 	"docs/active-audit.md": "internal/review/calibrate/docs_test.go",
-	"docs/monitor.md":      "internal/review/api/monitor_docs_test.go (TestMonitorDocs)",
+	"docs/monitor.md":      "internal/review/api/monitor_docs_test.go (TestMonitorDocs) and monitor_response_docs_test.go (TestMonitorResponseDocs)",
 	"docs/review.md":       "internal/review/api/docs_test.go (TestDocsReview); bench/reviewload is a load test",
 	"docs/walkthrough.md":  "deploy/examples/review-loop (the walk-through's own test)",
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/systemone/systemone-gateway/evaluation"
 	"github.com/systemone/systemone-gateway/policy/breaker"
@@ -141,12 +142,22 @@ func (h *Handler) secondOpinion(ctx context.Context, x *exchange, d *route.Decis
 	var status int
 	var respHeader http.Header
 	var raw []byte
+	var read *evaluation.Response // the second answer as read, for its span
 	if stored != nil {
 		status, respHeader, raw = stored.Status, http.Header{"Content-Encoding": {stored.ContentEncoding}}, stored.Body
 	} else {
+		// The call's own GenAI span, a child of the evaluation's span as
+		// the first call's is, ended with what came back.
+		call := startUpstreamCall(trace.ContextWithSpan(ctx, x.span), x, plan.To)
+		var res callResult
+		defer func() {
+			res.resp = read
+			call.end(res)
+		}()
 		started := h.now()
 		status, respHeader, raw, err = h.callAgain(callCtx, x, body)
 		x.waited += h.now().Sub(started)
+		res = secondCallResult(status, respHeader, err)
 		timedOut := errors.Is(callCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 		if ticket != nil {
 			if timedOut && err == nil {
@@ -155,6 +166,7 @@ func (h *Handler) secondOpinion(ctx context.Context, x *exchange, d *route.Decis
 			ticket.Done(status, err)
 		}
 		if timedOut {
+			res.status, res.failure = 0, "upstream_timeout"
 			return escalationTimeout
 		}
 	}
@@ -166,6 +178,7 @@ func (h *Handler) secondOpinion(ctx context.Context, x *exchange, d *route.Decis
 		return escalationFailed
 	}
 	resp, _ := evaluation.ParseResponse(second)
+	read = resp
 	if stored == nil {
 		billed = again.EstimatedTokens // the upstream billed a 200, for what it could not tell
 		if resp != nil && resp.HasUsage {
@@ -245,6 +258,27 @@ func (h *Handler) callAgain(ctx context.Context, x *exchange, body []byte) (stat
 }
 
 var errSecondAnswerTooLarge = errors.New("the second answer is over the buffering bound")
+
+// secondCallResult is what the second call came back with, for its span,
+// before its answer is read: the upstream's status and x-request-id, or
+// why no answer came back whole.
+func secondCallResult(status int, header http.Header, err error) callResult {
+	res := callResult{status: status, requestID: header.Get("X-Request-Id")}
+	switch {
+	case err == nil, errors.Is(err, errSecondAnswerTooLarge):
+		// The upstream answered whole (one too large for the gateway to
+		// read is its own failure, not the upstream's).
+	case errors.Is(err, errIncompleteResponse):
+		res.failure = "incomplete_response"
+	case errorStatus(err) == statusClientClosed:
+		res.status, res.failure = 0, "client_closed"
+	case errorStatus(err) == http.StatusGatewayTimeout:
+		res.status, res.failure = 0, "upstream_timeout"
+	default:
+		res.status, res.failure = 0, "upstream_unavailable"
+	}
+	return res
+}
 
 // secondAnswer is the response writer of the second call: it keeps the
 // upstream's answer, bounded by maxResponseBuffer, for the gateway alone.

@@ -128,17 +128,7 @@ func TestGenAITraces(t *testing.T) {
 
 	check := func(what string, attrs, want map[string]string) {
 		t.Helper()
-		for k, v := range want {
-			got, ok := attrs[k]
-			switch {
-			case v == "" && ok:
-				t.Errorf("%s has %s = %q", what, k, got)
-			case v != "" && !ok:
-				t.Errorf("%s lacks %s (has %v)", what, k, attrs)
-			case v != "" && v != "*" && got != v:
-				t.Errorf("%s: %s = %q, want %q", what, k, got, v)
-			}
-		}
+		checkAttrs(t, what, attrs, want)
 	}
 	in, out := strconv.FormatInt(usage.Usage.InputTokens, 10), strconv.FormatInt(usage.Usage.OutputTokens, 10)
 
@@ -232,6 +222,23 @@ func TestGenAITraces(t *testing.T) {
 	for _, secret := range []string{key, "Bearer", "genai secret", "courier", "judge the tone", "polite"} {
 		if strings.Contains(all, secret) {
 			t.Errorf("an exported span, event or resource holds %q", secret)
+		}
+	}
+}
+
+// checkAttrs checks a span's or event's attributes against want: "" for
+// absent, "*" for present with any value, else the value.
+func checkAttrs(t *testing.T, what string, attrs, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		got, ok := attrs[k]
+		switch {
+		case v == "" && ok:
+			t.Errorf("%s has %s = %q", what, k, got)
+		case v != "" && !ok:
+			t.Errorf("%s lacks %s (has %v)", what, k, attrs)
+		case v != "" && v != "*" && got != v:
+			t.Errorf("%s: %s = %q, want %q", what, k, got, v)
 		}
 	}
 }

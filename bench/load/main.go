@@ -28,6 +28,12 @@
 //	    breaker, GC's guardrails, routing with audit 0.1 and the review
 //	    queue, and the answer cache looked up and missing on every request
 //	    (the requests ask the alias, whose answers are never stored)
+//	X   L with an escalate block taking every answer the pin routes human:
+//	    the payload's unsure questions asked again of service-2.0.0, a
+//	    second upstream call per request (none for a payload the pin is
+//	    sure of)
+//	Xn  L with an escalate block that escalates no question a payload
+//	    asks: what a request not escalated costs
 //
 // a second Caddy process serves L and Lm again with its log through Caddy's
 // own file writer (one write(2) per entry), and nginx, when installed, the
@@ -274,6 +280,8 @@ const (
 type payloadResult struct {
 	p    payload.Payload
 	rate float64 // of the open-loop runs
+	// escalation is what X asks again of the payload.
+	escalation harness.Escalation
 	// runs[mode][config] holds one measurement per round.
 	runs map[string]map[string][]measure
 }
@@ -305,7 +313,14 @@ func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload)
 	pr := payloadResult{p: p, runs: map[string]map[string][]measure{closedLoop: {}, openLoop: {}}}
 	reqs := make(map[string][]harness.Request)
 	for _, c := range b.o.configs {
-		reqs[c] = b.stack.Requests(c, p.Body, want)
+		var esc harness.Escalation
+		if reqs[c], esc, err = b.requests(ctx, c, p.Body, want); err != nil {
+			return fmt.Errorf("%s: %w", c, err)
+		}
+		if c == harness.Escalated {
+			pr.escalation = esc
+			fmt.Fprintf(b.out, "%s (%s upstream), %s: %s\n", p.Name, ur.upstream, c, esc)
+		}
 		if c == harness.Cached {
 			if err := b.stack.Prime(ctx, b.driver, reqs[c]); err != nil {
 				return err
@@ -354,6 +369,16 @@ func (b *bench) payload(ctx context.Context, ur *upstreamRun, p payload.Payload)
 	}
 	ur.results = append(ur.results, pr)
 	return nil
+}
+
+// requests returns config's requests for body, whose upstream answer is
+// want: X's expect the answer its escalation gives, and the escalation
+// says which questions it asks again (harness.EscalatedRequests).
+func (b *bench) requests(ctx context.Context, config string, body, want []byte) ([]harness.Request, harness.Escalation, error) {
+	if config == harness.Escalated {
+		return b.stack.EscalatedRequests(ctx, b.driver, body, want)
+	}
+	return b.stack.Requests(config, body, want), harness.Escalation{}, nil
 }
 
 // measure runs drive and reads the processes' CPU time and Redis's command
@@ -481,7 +506,11 @@ func (b *bench) profile(ctx context.Context, payloads []payload.Payload) error {
 				}
 				got <- err
 			}()
-			res := b.driver.Closed(ctx, b.stack.Requests(c, p.Body, want), b.o.concurrency, time.Duration(secs)*time.Second+500*time.Millisecond)
+			reqs, _, err := b.requests(ctx, c, p.Body, want)
+			if err != nil {
+				return fmt.Errorf("profiling %s %s: %w", p.Name, c, err)
+			}
+			res := b.driver.Closed(ctx, reqs, b.o.concurrency, time.Duration(secs)*time.Second+500*time.Millisecond)
 			if err := errors.Join(res.Err, <-got); err != nil {
 				return fmt.Errorf("profiling %s %s: %w", p.Name, c, err)
 			}

@@ -59,6 +59,7 @@ func (b *bench) report() {
 				b.targets(ur)
 			}
 		}
+		b.escalation(ur)
 		b.growth(ur)
 	}
 }
@@ -153,13 +154,14 @@ func (b *bench) targets(ur *upstreamRun) {
 
 // references prints, beside the targets, the rows reported without one:
 // exact admission (Lx), every organization leased (La), a budget (Lb),
-// the verdict cache (GC), the answer cache (C), everything on (E), the
-// unbuffered log writer (Lu, Lmu) and nginx (N, Nl), each with L and Lm
-// for comparison.
+// the verdict cache (GC), the answer cache (C), everything on (E),
+// escalation (X, Xn), the unbuffered log writer (Lu, Lmu) and nginx (N,
+// Nl), each with L and Lm for comparison.
 func (b *bench) references(ur *upstreamRun) {
 	var rows []string
 	for _, c := range []string{harness.Limits, harness.LimitsLocal, harness.LimitsExact, harness.LimitsAllowance, harness.LimitsBudget,
-		harness.GuardrailsCached, harness.Cached, harness.Everything, harness.LimitsUnbuffered, harness.LimitsLocalUnbuffered, harness.Nginx, harness.NginxLimits} {
+		harness.GuardrailsCached, harness.Cached, harness.Everything, harness.Escalated, harness.EscalationIdle,
+		harness.LimitsUnbuffered, harness.LimitsLocalUnbuffered, harness.Nginx, harness.NginxLimits} {
 		if slices.Contains(b.o.configs, c) {
 			rows = append(rows, c)
 		}
@@ -180,6 +182,42 @@ func (b *bench) references(ur *upstreamRun) {
 				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Plain, "redis"))),
 				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Plain, addedProcs...))),
 				fmt.Sprintf("%+.3f", ms2(deltaToPlain(pr.runs[openLoop], c, 0.5))))
+		}
+	}
+	tw.flush()
+}
+
+// escalation prints what escalation costs beside L, measured in the same
+// round: X, whose second call per request (for a payload with a question
+// below the pin's threshold) it adds in the proxy, the client, Redis
+// (the second call's admission) and the upstream; and Xn, whose requests
+// are looked at for escalation and never escalated, which should add
+// nothing.
+func (b *bench) escalation(ur *upstreamRun) {
+	if !slices.Contains(b.o.configs, harness.Limits) ||
+		!slices.Contains(b.o.configs, harness.Escalated) && !slices.Contains(b.o.configs, harness.EscalationIdle) {
+		return
+	}
+	fmt.Fprintf(b.out, "\n## Escalation (%s upstream): differences to L in the same round\n\n", ur.upstream)
+	tw := newTable(b.out, "payload", "config", "asked again", "req/s ÷ L", "proxy − L µs", "added − L µs", "upstream − L µs",
+		"p50 − L ms", "p99 − L ms", "p50 − L ms at the fixed rate")
+	for _, pr := range ur.results {
+		runs := pr.runs[closedLoop]
+		for _, c := range []string{harness.Escalated, harness.EscalationIdle} {
+			if !slices.Contains(b.o.configs, c) {
+				continue
+			}
+			asked := "none"
+			if c == harness.Escalated {
+				asked = fmt.Sprintf("%d of %d", len(pr.escalation.Asked), pr.escalation.Questions)
+			}
+			tw.row(pr.p.Name, c, asked, fmt.Sprintf("%.2f", ratioTo(runs, c, harness.Limits)),
+				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Limits, "proxy"))),
+				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Limits, addedProcs...))),
+				fmt.Sprintf("%+.1f", µs(cpuOver(runs, c, harness.Limits, "upstream"))),
+				fmt.Sprintf("%+.3f", ms2(deltaTo(runs, c, harness.Limits, 0.50))),
+				fmt.Sprintf("%+.3f", ms2(deltaTo(runs, c, harness.Limits, 0.99))),
+				fmt.Sprintf("%+.3f", ms2(deltaTo(pr.runs[openLoop], c, harness.Limits, 0.5))))
 		}
 	}
 	tw.flush()
@@ -293,10 +331,16 @@ func µs(d time.Duration) float64 { return float64(d) / float64(time.Microsecond
 // deltaToPlain is the median over rounds of c's latency at quantile q
 // minus P's in the same round.
 func deltaToPlain(runs map[string][]measure, c string, q float64) time.Duration {
+	return deltaTo(runs, c, harness.Plain, q)
+}
+
+// deltaTo is the median over rounds of c's latency at quantile q minus
+// base's in the same round.
+func deltaTo(runs map[string][]measure, c, base string, q float64) time.Duration {
 	var d []time.Duration
 	for i, m := range runs[c] {
-		if i < len(runs[harness.Plain]) {
-			d = append(d, m.res.Percentile(q)-runs[harness.Plain][i].res.Percentile(q))
+		if i < len(runs[base]) {
+			d = append(d, m.res.Percentile(q)-runs[base][i].res.Percentile(q))
 		}
 	}
 	return medianOf(d)

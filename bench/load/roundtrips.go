@@ -48,7 +48,10 @@ func (b *bench) countRoundTrips(ctx context.Context, p payload.Payload) error {
 		if !harness.IsGateway(c) || !harness.InFirstProxy(c) {
 			continue
 		}
-		reqs := b.stack.Requests(c, p.Body, want)
+		reqs, _, err := b.requests(ctx, c, p.Body, want)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c, err)
+		}
 		counts, err := b.monitor(ctx, reqs, n)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c, err)

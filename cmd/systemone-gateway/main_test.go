@@ -79,6 +79,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"calibrate", "--target", "0.9", "--delta", "0", "labels.ndjson"}, 2, "systemone-gateway calibrate: --delta 0 is not between 0 and 1"},
 		{[]string{"calibrate", "--target", "high", "labels.ndjson"}, 2, `systemone-gateway calibrate: invalid argument "high" for "--target" flag`},
 		{[]string{"calibrate", "--target", "0.9"}, 2, "systemone-gateway calibrate: want one <labels> argument"},
+		{[]string{"calibrate", "--target", "0.9", "--since", "tuesday", "labels.ndjson"}, 2, `systemone-gateway calibrate: --since "tuesday" is neither an RFC 3339 time such as 2026-01-02T15:04:05Z nor an entry id such as 1764000000000-0`},
 		{[]string{"calibrate", "--target", "0.9", "missing.ndjson"}, 1, "systemone-gateway calibrate: open missing.ndjson: no such file or directory"},
 		{[]string{"verify", "labels.ndjson"}, 2, "systemone-gateway verify: --certificates is required"},
 		{[]string{"replay", "--review", "http://127.0.0.1:1/review"}, 2, "systemone-gateway replay: missing --upstream, --model, SYSTEMONE_API_KEY"},

@@ -148,8 +148,13 @@ type Escalated struct {
 	// Model is the version that answered.
 	Model string
 	// Route is RouteAuto when the answer met the block's threshold for
-	// the question: the client got it in place of the first.
+	// the question (and its escalated group is not in guarantee alarm):
+	// the client got it in place of the first.
 	Route string
+	// FirstReason is the reason the first answer routed the question
+	// human for, which it was asked again for: ReasonLowConfidence or
+	// ReasonNoThreshold.
+	FirstReason string
 	// Confidence, Answer, Choice and HasAnswer are as in QuestionRoute;
 	// HasConfidence is true for every Escalated (an unreadable second
 	// answer is none).
@@ -162,11 +167,14 @@ type Escalated struct {
 // ApplyEscalation routes the plan's questions of d by the second
 // version's answers in resp: each readable answer at or above the block's
 // threshold for its question routes it auto with ReasonEscalated (and the
-// block line's certificate); the others stay human with their first
-// reason. Each question with a readable second answer records it in
-// Escalated. d's route, reason and lowest confidence are those of the
-// final routes. It returns the indexes of the questions routed auto, in
-// d's order.
+// block line's certificate), unless, with `on_alarm human`, the escalated
+// group of its type (the second version's answers to the first's
+// escalated questions, and under a monitor `by org` the org's) is in
+// guarantee alarm: then it routes human with ReasonGuaranteeAlarm. The
+// others stay human with their first reason. Each question with a
+// readable second answer records it in Escalated. d's route, reason and
+// lowest confidence are those of the final routes. It returns the indexes
+// of the questions routed auto, in d's order.
 func (r *Router) ApplyEscalation(d *Decision, plan EscalationPlan, resp *evaluation.Response) []int {
 	e := r.escalations[plan.From]
 	asked := make([]QuestionRoute, len(plan.Questions))
@@ -177,6 +185,7 @@ func (r *Router) ApplyEscalation(d *Decision, plan EscalationPlan, resp *evaluat
 		readAnswers(resp.Answers, asked)
 	}
 	var answered []int
+	alarmed := false
 	for j, i := range plan.Questions {
 		second := asked[j]
 		if !second.HasConfidence {
@@ -184,9 +193,16 @@ func (r *Router) ApplyEscalation(d *Decision, plan EscalationPlan, resp *evaluat
 		}
 		q := &d.Questions[i]
 		l, _, _ := e.to.threshold("", q.ID, q.Type, false)
-		esc := &Escalated{Model: resp.Model, Route: RouteHuman, Confidence: second.Confidence, Answer: second.Answer, Choice: second.Choice, HasAnswer: second.HasAnswer}
+		esc := &Escalated{Model: resp.Model, Route: RouteHuman, FirstReason: q.Reason, Confidence: second.Confidence, Answer: second.Answer, Choice: second.Choice, HasAnswer: second.HasAnswer}
 		q.Escalated = esc
 		if second.Confidence < l.threshold {
+			continue
+		}
+		if r.alarms != nil && r.alarms.Alarmed(resp.Model, q.Type, d.org, plan.From) {
+			// The escalated group's auto answers were found to agree
+			// with people less than the target: a person answers.
+			q.routeForAlarm(ReasonGuaranteeAlarm)
+			alarmed = true
 			continue
 		}
 		esc.Route = RouteAuto
@@ -197,7 +213,7 @@ func (r *Router) ApplyEscalation(d *Decision, plan EscalationPlan, resp *evaluat
 		q.Threshold, q.HasThreshold, q.Certificate = l.threshold, true, l.cert
 		answered = append(answered, i)
 	}
-	if len(answered) > 0 {
+	if len(answered) > 0 || alarmed {
 		d.reroute()
 	}
 	return answered

@@ -148,9 +148,9 @@ func TestEnqueueEscalated(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("%d entries, want 1", len(msgs))
 	}
-	want := `[{"id":"sure","type":"noul","route":"auto","confidence":0.98,"answer":0.99},` +
-		`{"id":"unsure","type":"noul","route":"auto","confidence":0,"answer":0.5,"escalated":{"model":"service-2.0.0","confidence":0.8,"answer":0.9,"route":"auto"}},` +
-		`{"id":"pick","type":"choice","route":"human","confidence":0.6,"answer":"good","escalated":{"model":"service-2.0.0","confidence":0.4,"answer":"good","route":"human"}}]`
+	want := `[{"id":"sure","type":"noul","route":"auto","confidence":0.98,"answer":0.99,"reason":"confident"},` +
+		`{"id":"unsure","type":"noul","route":"auto","confidence":0,"answer":0.5,"reason":"low_confidence","escalated":{"model":"service-2.0.0","confidence":0.8,"answer":0.9,"route":"auto"}},` +
+		`{"id":"pick","type":"choice","route":"human","confidence":0.6,"answer":"good","reason":"low_confidence","escalated":{"model":"service-2.0.0","confidence":0.4,"answer":"good","route":"human"}}]`
 	if got := msgs[0].Values["questions"]; got != want || msgs[0].Values["reason"] != ReasonLowConfidence || msgs[0].Values["route"] != RouteHuman {
 		t.Errorf("entry %v %v questions\n%s\nwant\n%s", msgs[0].Values["route"], msgs[0].Values["reason"], got, want)
 	}

@@ -318,7 +318,7 @@ func (r *Router) entry(d Decision, meta Meta, audit bool, p float64) (record.Ent
 		Questions: make([]record.Question, len(d.Questions)),
 	}
 	for i, dq := range d.Questions {
-		e.Questions[i] = record.Question{ID: dq.ID, Type: dq.Type, Route: dq.Route}
+		e.Questions[i] = record.Question{ID: dq.ID, Type: dq.Type, Route: dq.Route, Reason: dq.Reason}
 		if dq.HasConfidence {
 			c := dq.Confidence
 			e.Questions[i].Confidence = &c
@@ -327,6 +327,7 @@ func (r *Router) entry(d Decision, meta Meta, audit bool, p float64) (record.Ent
 			e.Questions[i].Answer = answerJSON(dq.Type, dq.Answer, dq.Choice)
 		}
 		if esc := dq.Escalated; esc != nil {
+			e.Questions[i].Reason = esc.FirstReason // the reason it was asked again for
 			e.Questions[i].Escalated = &record.Escalated{Model: esc.Model, Confidence: esc.Confidence, Route: esc.Route}
 			if esc.HasAnswer {
 				e.Questions[i].Escalated.Answer = answerJSON(dq.Type, esc.Answer, esc.Choice)

@@ -115,12 +115,12 @@ func TestEnqueue(t *testing.T) {
 	want := []map[string]any{
 		{
 			"request_id": "req-1", "org": "acme", "model": "service-1.0.0", "route": "human", "reason": "low_confidence", "audit": "0",
-			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":0.3,"answer":"good"},{"id":"中文","type":"noul","route":"auto","confidence":0.8,"answer":0.9}]`,
+			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":0.3,"answer":"good","reason":"low_confidence"},{"id":"中文","type":"noul","route":"auto","confidence":0.8,"answer":0.9,"reason":"confident"}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
 		{
 			"request_id": "req-3", "org": "beta", "model": "", "route": "human", "reason": "unreadable_response", "audit": "0",
-			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":null,"answer":null},{"id":"中文","type":"noul","route":"human","confidence":null,"answer":null}]`,
+			"questions": `[{"id":"a,b","type":"choice","route":"human","confidence":null,"answer":null,"reason":"unreadable_response"},{"id":"中文","type":"noul","route":"human","confidence":null,"answer":null,"reason":"unreadable_response"}]`,
 			"ts":        "2025-03-01T04:00:00.005Z",
 		},
 	}
@@ -418,12 +418,12 @@ func TestEnqueueAnswers(t *testing.T) {
 		return strings.Compare(a.Values["request_id"].(string), b.Values["request_id"].(string))
 	})
 	want := []string{
-		`[{"id":"yes","type":"noul","route":"auto","confidence":0.9,"answer":0.95},` +
-			`{"id":"pick","type":"choice","route":"auto","confidence":0.8,"answer":"good"},` +
-			`{"id":"rate","type":"score","route":"auto","confidence":0.61,"answer":1.81}]`,
-		`[{"id":"yes","type":"noul","route":"human","confidence":0,"answer":0.5},` +
-			`{"id":"pick","type":"choice","route":"auto","confidence":0.9,"answer":null},` +
-			`{"id":"rate","type":"score","route":"auto","confidence":0.9,"answer":null}]`,
+		`[{"id":"yes","type":"noul","route":"auto","confidence":0.9,"answer":0.95,"reason":"confident"},` +
+			`{"id":"pick","type":"choice","route":"auto","confidence":0.8,"answer":"good","reason":"confident"},` +
+			`{"id":"rate","type":"score","route":"auto","confidence":0.61,"answer":1.81,"reason":"confident"}]`,
+		`[{"id":"yes","type":"noul","route":"human","confidence":0,"answer":0.5,"reason":"low_confidence"},` +
+			`{"id":"pick","type":"choice","route":"auto","confidence":0.9,"answer":null,"reason":"confident"},` +
+			`{"id":"rate","type":"score","route":"auto","confidence":0.9,"answer":null,"reason":"confident"}]`,
 	}
 	if len(msgs) != 2 {
 		t.Fatalf("%d entries, want 2", len(msgs))

@@ -242,6 +242,9 @@ type Decision struct {
 	HasMinConfidence bool
 	// Questions holds one entry per question, in the request's order.
 	Questions []QuestionRoute
+	// org is the request's org, whose groups an escalation's alarms are
+	// read for.
+	org string
 }
 
 // QuestionRoute is the route of one question.
@@ -295,7 +298,7 @@ type QuestionRoute struct {
 // bound, not JSON), which routes human with ReasonUnreadableResponse. Decide
 // never fails and keeps no reference to resp.
 func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Response, signal Signal) Decision {
-	d := Decision{Questions: make([]QuestionRoute, len(questions))}
+	d := Decision{Questions: make([]QuestionRoute, len(questions)), org: signal.Org}
 	for i, q := range questions {
 		d.Questions[i] = QuestionRoute{ID: q.ID, Type: q.Type, Route: RouteHuman}
 	}
@@ -347,7 +350,7 @@ func (r *Router) Decide(questions []evaluation.Question, resp *evaluation.Respon
 	case r.alarms != nil && d.Model != "":
 		for i := range d.Questions {
 			q := &d.Questions[i]
-			if r.alarms.Alarmed(d.Model, q.Type, signal.Org) {
+			if r.alarms.Alarmed(d.Model, q.Type, signal.Org, "") {
 				q.routeForAlarm(ReasonGuaranteeAlarm)
 				alarmed = true
 			}

@@ -110,6 +110,11 @@ func HeaderCheck(config string) func(http.Header) error {
 	if config != Cached && config != Everything {
 		want = append(want, field{"X-Cache", ""})
 	}
+	if config != Escalated {
+		// Only Escalated's block takes a question: Xn's looks at each
+		// answer and escalates none.
+		want = append(want, field{"X-Route-Escalated", ""})
+	}
 	return func(h http.Header) error {
 		for _, f := range want {
 			if got := h.Get(f.name); got != f.want {

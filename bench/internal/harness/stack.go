@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/systemone/systemone-gateway/evaluation"
 )
 
 // Configurations the benchmarks compare, in the order they run.
@@ -52,6 +54,18 @@ const (
 	// requests ask the alias, whose answers are never stored, and no two
 	// requests in flight are identical: see Requests).
 	Everything = "E"
+	// Escalated is Limits with an escalate block whose second version
+	// takes every question the pin routes human (thresholds 0): each of a
+	// payload's questions below the pin's threshold is asked again of
+	// service-2.0.0 in one second call, and the client gets its answers
+	// (see EscalatedReference). What it adds to Limits is the second
+	// call.
+	Escalated = "X"
+	// EscalationIdle is Limits with an escalate block for the same
+	// version whose one line names a question no payload asks: every
+	// answer is looked at for escalation and none is escalated. What it
+	// adds to Limits is the cost of a request not escalated.
+	EscalationIdle = "Xn"
 	// LimitsUnbuffered and LimitsLocalUnbuffered are Limits and
 	// LimitsLocal again, served by a second Caddy process that writes its
 	// log with Caddy's own file writer (one write(2) per entry) instead
@@ -72,7 +86,7 @@ const (
 // slice, the caller's to keep or trim.
 func AllConfigs() []string {
 	return []string{Plain, Limits, LimitsExact, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached,
-		Everything, LimitsUnbuffered, LimitsLocalUnbuffered, Nginx, NginxLimits}
+		Everything, Escalated, EscalationIdle, LimitsUnbuffered, LimitsLocalUnbuffered, Nginx, NginxLimits}
 }
 
 // The processes that serve the configurations (see Stack.ProxyOf).
@@ -169,6 +183,9 @@ type Stack struct {
 	guardrailsURL string
 	admins        map[string]int // Caddy proxy process -> admin port
 	sites         map[string]int
+	// stubAnswers are the request bodies the stub has an answer for, by
+	// length.
+	stubAnswers map[int]string
 }
 
 // Options are the choices a benchmark makes about the stack.
@@ -486,15 +503,19 @@ func (s *Stack) proxyCaddyfile(proxy string) string {
 `
 	route := func(extra string) string {
 		return `		route {
-			pin service-1.0.0 {
-				noul   0.8
-				choice 0.6
-				score  0.5
+			pin ` + FirstVersion + ` {
+				noul   ` + fmt.Sprint(PinThresholds[evaluation.TypeNoul]) + `
+				choice ` + fmt.Sprint(PinThresholds[evaluation.TypeChoice]) + `
+				score  ` + fmt.Sprint(PinThresholds[evaluation.TypeScore]) + `
 			}
 			unpinned human
 ` + extra + `		}
 `
 	}
+	// Escalated's block takes every second answer; EscalationIdle's
+	// escalates nothing a payload asks.
+	escalateEvery := "\t\t\tescalate " + FirstVersion + " to " + SecondVersion + " {\n\t\t\t\tnoul   0\n\t\t\t\tchoice 0\n\t\t\t\tscore  0\n\t\t\t}\n"
+	escalateNone := "\t\t\tescalate " + FirstVersion + " to " + SecondVersion + " {\n\t\t\t\tquestion bench-never-asked 0\n\t\t\t}\n"
 	policies := breaker + route("")
 	guardrails := func(extra string) string {
 		return fmt.Sprintf(`		guardrails %s {
@@ -523,6 +544,8 @@ func (s *Stack) proxyCaddyfile(proxy string) string {
 		GuardrailsCached: redis + limits + policies + guardrails("\t\t\tcache 10m\n"),
 		Cached:           redis + limits + policies + answerCache,
 		Everything:       redis + budget + breaker + route(review) + guardrails("\t\t\tcache 10m\n") + answerCache,
+		Escalated:        redis + limits + breaker + route(escalateEvery),
+		EscalationIdle:   redis + limits + breaker + route(escalateNone),
 	}
 	gateway[LimitsUnbuffered], gateway[LimitsLocalUnbuffered] = gateway[Limits], gateway[LimitsLocal]
 	o := s.options

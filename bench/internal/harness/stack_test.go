@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +36,7 @@ func testStack() *Stack {
 func TestProxyCaddyfiles(t *testing.T) {
 	s := testStack()
 	for proxy, want := range map[string][]string{
-		proxyMain:       {Plain, Limits, LimitsExact, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached, Everything},
+		proxyMain:       {Plain, Limits, LimitsExact, LimitsBudget, LimitsLocal, LimitsAllowance, Guardrails, GuardrailsCached, Cached, Everything, Escalated, EscalationIdle},
 		proxyUnbuffered: {LimitsUnbuffered, LimitsLocalUnbuffered},
 	} {
 		if got := s.configsOf(proxy); !slices.Equal(got, want) {
@@ -61,7 +62,25 @@ func TestProxyCaddyfiles(t *testing.T) {
 			}
 		}
 	}
-	_, e, _ := strings.Cut(s.proxyCaddyfile(proxyMain), "\n# "+Everything+"\n")
+	// X and Xn are L with an escalate block of the pinned version: X's
+	// takes every second answer, Xn's no question a payload asks.
+	main := s.proxyCaddyfile(proxyMain)
+	site := func(c string) string {
+		_, rest, _ := strings.Cut(main, "\n# "+c+"\n")
+		site, _, _ := strings.Cut(rest, "\n# ")
+		return site
+	}
+	limits := strings.Replace(site(Limits), fmt.Sprint(s.sites[Limits]), "PORT", 1)
+	for c, block := range map[string]string{
+		Escalated:      "escalate service-1.0.0 to service-2.0.0 {\n\t\t\t\tnoul   0\n\t\t\t\tchoice 0\n\t\t\t\tscore  0\n\t\t\t}",
+		EscalationIdle: "escalate service-1.0.0 to service-2.0.0 {\n\t\t\t\tquestion bench-never-asked 0\n\t\t\t}",
+	} {
+		got := strings.Replace(site(c), fmt.Sprint(s.sites[c]), "PORT", 1)
+		if without := strings.Replace(got, "\t\t\t"+block+"\n", "", 1); without == got || without != limits {
+			t.Errorf("%s is not L with %q:\n%s\nL:\n%s", c, block, got, limits)
+		}
+	}
+	_, e, _ := strings.Cut(main, "\n# "+Everything+"\n")
 	for _, line := range []string{"redis redis://127.0.0.1:7", "budget 1000000 per day", "breaker {", "guardrails http://127.0.0.1:10 {",
 		"cache 10m", "route {", "queue bench:review maxlen 100000", "audit 0.1", "cache {"} {
 		if !strings.Contains(e, line) {

@@ -119,8 +119,20 @@ func startStub(name, dir, env, hint string) (*Process, string, error) {
 	return p, "http://" + addr, nil
 }
 
-// register tells the stub to answer requests of len(body) bytes with answer.
+// conflicts reports whether the stub answers requests of body's length
+// for another body: it answers by length.
+func (s *Stack) conflicts(body []byte) bool {
+	other, ok := s.stubAnswers[len(body)]
+	return ok && other != string(body)
+}
+
+// register tells the stub to answer requests of len(body) bytes with
+// answer; another body of the same length is an error (the stub answers
+// by length).
 func (s *Stack) register(ctx context.Context, body, answer []byte) error {
+	if s.conflicts(body) {
+		return fmt.Errorf("two requests of %d bytes: the upstream stub answers by length and cannot tell them apart", len(body))
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	url := fmt.Sprintf("%s/bench/answer?length=%d", s.StubURL, len(body))
@@ -136,5 +148,9 @@ func (s *Stack) register(ctx context.Context, body, answer []byte) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("registering an answer with the upstream stub: %s", resp.Status)
 	}
+	if s.stubAnswers == nil {
+		s.stubAnswers = make(map[int]string)
+	}
+	s.stubAnswers[len(body)] = string(body)
 	return nil
 }

@@ -1,15 +1,12 @@
 package reviewloop_test
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,19 +14,22 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/pinblock"
-	"github.com/systemone/systemone-gateway/internal/redistest"
-	"github.com/systemone/systemone-gateway/internal/review/calibrate"
-	"github.com/systemone/systemone-gateway/internal/review/certificate"
-	"github.com/systemone/systemone-gateway/internal/wait"
 )
 
-// TestWalkthrough runs docs/walkthrough.md as printed, against the example
-// Caddyfile, with the real binaries it builds and a real redis-server: the
-// doc's sh blocks in order, with the example's ports (:8080 gateway,
-// :9080 simulator, :2019 admin, :9180 metrics) moved to free ones, and the Redis of
-// internal/redistest in place of the doc's `redis-server` line. Pasting a
-// printed pin is done as the doc says: into the route block, then the doc's
-// reload command.
+// walkthroughDeadline bounds the whole run; a run takes about a minute,
+// most of it the build (the link, once the build cache holds the
+// packages).
+const walkthroughDeadline = 5 * time.Minute
+
+// TestWalkthrough runs docs/walkthrough.md as a reader does: its sh blocks
+// in order, as one bash script in one shell, from the root of the clone,
+// with the real binaries it builds, the real redis-server it starts and
+// the example it copies. Only the ports change: the example's (:8080
+// gateway, :9080 simulator, :2019 admin, :9180 metrics) and the Redis's
+// (6380) become free ones, in the commands and in the scratch copy of the
+// Caddyfile. Each block's output is compared with the text block the doc
+// shows after it; the clone's git status is the same after the run as
+// before.
 func TestWalkthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the gateway binary")
@@ -38,322 +38,216 @@ func TestWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := shBlocks(t, filepath.Join(root, "docs/walkthrough.md"))
-	wantStarts := []string{"go build", "redis-server", "./systemone-gateway run", "for i", "curl", "./reviewer",
-		"curl", "./systemone-gateway calibrate", "./systemone-gateway reload", "for i",
-		"./systemone-gateway calibrate --target 0.9 --by org --certificates certs.jsonl", "./systemone-gateway reload", "for i",
-		"export SYSTEMONE_API_KEY", "./systemone-gateway reload", "./reviewer", "curl", "for i", "curl",
-		"./systemone-gateway verify --certificates certs.jsonl", "redis-cli"}
-	if len(blocks) != len(wantStarts) {
-		t.Fatalf("docs/walkthrough.md has %d sh blocks, the test knows %d:\n%s", len(blocks), len(wantStarts), strings.Join(blocks, "\n---\n"))
+	steps := readSteps(t, filepath.Join(root, "docs/walkthrough.md"))
+	if len(steps) < 10 {
+		t.Fatalf("docs/walkthrough.md has %d sh blocks: is the fence parser broken?", len(steps))
 	}
-	for i, b := range blocks {
-		if !strings.HasPrefix(b, wantStarts[i]) {
-			t.Fatalf("sh block %d starts %q, the test expects %q", i, b, wantStarts[i])
+	first := steps[0].sh
+	for _, want := range []string{"walk=$(mktemp -d)", "cp deploy/examples/review-loop/Caddyfile ", `"$walk"`, `cd "$walk"`} {
+		if !strings.Contains(first, want) {
+			t.Fatalf("the first block does not hold %q: the test rewrites the ports of the copy it makes in $walk:\n%s", want, first)
 		}
 	}
 
-	gw, sim, admin := gatewaytest.FreePort(t), gatewaytest.FreePort(t), gatewaytest.FreePort(t)
-	ports := strings.NewReplacer(":8080", fmt.Sprintf(":%d", gw), ":9080", fmt.Sprintf(":%d", sim), ":2019", fmt.Sprintf(":%d", admin),
-		":9180", fmt.Sprintf(":%d", gatewaytest.FreePort(t)))
-	work := t.TempDir()
-	caddyfile := filepath.Join(work, "deploy/examples/review-loop/Caddyfile")
-	example, err := os.ReadFile(filepath.Join(root, "deploy/examples/review-loop/Caddyfile"))
-	if err != nil {
+	ports, rewrite := freePorts(t)
+	tmp := t.TempDir()
+	times := filepath.Join(tmp, "times")
+	run := script(steps, ports, map[int]string{0: rewrite}, times)
+	scriptFile := filepath.Join(tmp, "walkthrough.sh")
+	if err := os.WriteFile(scriptFile, []byte(run), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, caddyfile, ports.Replace(string(example)))
-	orgKeys, err := os.ReadFile(filepath.Join(root, "deploy/examples/review-loop/org-keys.json"))
-	if err != nil {
+	scratch := filepath.Join(tmp, "tmp") // the reader's $TMPDIR: mktemp -d makes $walk there
+	if err := os.Mkdir(scratch, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(work, "deploy/examples/review-loop/org-keys.json"), string(orgKeys))
 
-	rs := redistest.Start(t)
-	if !strings.Contains(blocks[1], "export REDIS_URL=") {
-		t.Fatalf("the Redis block sets no REDIS_URL: %s", blocks[1])
-	}
-	env := append(os.Environ(), "REDIS_URL="+rs.URL())
-	shell := func(dir, block string) string {
-		t.Helper()
-		cmd := exec.Command("sh", "-ec", ports.Replace(block))
-		cmd.Dir, cmd.Env = dir, env
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s: %v\n%s\n%s", block, err, out.String(), errb.String())
-		}
-		return out.String()
-	}
-
-	// 1. Build (into the work directory), then start the gateway.
+	before := gitStatus(t, root)
 	start := time.Now()
-	shell(root, strings.ReplaceAll(blocks[0], "-o ", "-o "+work+"/"))
-	t.Logf("built in %v", time.Since(start))
-	var logs bytes.Buffer
-	run := exec.Command("sh", "-c", "exec "+ports.Replace(blocks[2]))
-	run.Dir, run.Env, run.Stdout, run.Stderr = work, env, &logs, &logs
-	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-run.Process.Pid, syscall.SIGTERM)
-		run.Wait()
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", logs.String())
+	out := runScript(t, root, scriptFile, scratch)
+	t.Logf("walk-through run in %v; per block: %s", time.Since(start).Round(time.Second/10), blockTimes(times))
+	outputs, done := splitOutputs(out, len(steps))
+	fail := func(format string, args ...any) {
+		t.Helper()
+		logs, _ := filepath.Glob(filepath.Join(scratch, "*", "gateway.log"))
+		for _, l := range logs {
+			text, _ := os.ReadFile(l)
+			t.Logf("%s:\n%s", l, text)
 		}
-	})
-	waitListening(t, fmt.Sprintf("127.0.0.1:%d", gw))
-
-	// 2. Traffic: every answer routes human and is audited.
-	shell(work, blocks[3])
-	var page struct {
-		Items []struct {
-			ID     string `json:"id"`
-			Audit  bool   `json:"audit"`
-			Reason string `json:"reason"`
-		} `json:"items"`
+		t.Fatalf(format+"\n--- the script's output:\n%s", append(args, out)...)
 	}
-	getJSON(t, shell, fmt.Sprintf("curl -s -u ann:secret 'http://localhost:%d/review/items?limit=500'", gw), &page)
-	audited := 0
-	for _, it := range page.Items {
-		if it.Reason != "unpinned_version" {
-			t.Fatalf("item %s routed for %q before any pin", it.ID, it.Reason)
-		}
-		if it.Audit {
-			audited++
-		}
-	}
-	if len(page.Items) != 400 || audited != 400 {
-		t.Fatalf("%d items queued, %d audited: want 400, all audited", len(page.Items), audited)
+	if !done {
+		fail("the walk-through stopped before its end")
 	}
 
-	// 3. The next item is audited; the reviewer labels every audited one.
+	// Each block prints what the doc shows after it.
+	bindings := map[string]string{}
+	for i, s := range steps {
+		if s.want == nil {
+			continue
+		}
+		if !matchOutput(s.want, normalize(outputs[i]), bindings) {
+			fail("docs/walkthrough.md:%d: the block\n%s\nprinted\n%s\nwhere the doc shows\n%s", s.line, s.sh, outputs[i], strings.Join(s.want, "\n"))
+		}
+	}
+	if bindings["<id>"] == "" {
+		fail("the doc's outputs name no certificate <id>")
+	}
+
+	// What the doc says of outputs it does not show whole.
+	items := outputOf(t, steps, outputs, "/review/items?")
 	var next struct {
 		Items []struct {
 			Audit   bool            `json:"audit"`
+			Reason  string          `json:"reason"`
 			Request json.RawMessage `json:"request"`
 		} `json:"items"`
 	}
-	if err := json.Unmarshal([]byte(shell(work, blocks[4])), &next); err != nil || len(next.Items) != 1 || !next.Items[0].Audit || len(next.Items[0].Request) == 0 {
-		t.Fatalf("the next item: %+v %v", next, err)
+	if err := json.Unmarshal([]byte(items), &next); err != nil || len(next.Items) != 1 || !next.Items[0].Audit ||
+		next.Items[0].Reason != "unpinned_version" || len(next.Items[0].Request) == 0 {
+		fail("the next item: %+v %v", next, err)
 	}
-	if out := shell(work, blocks[5]); out != fmt.Sprintf("labelled %d items\n", audited) {
-		t.Fatalf("reviewer printed %q, want %d items labelled", out, audited)
-	}
-
-	// 4. Progress: service-1.0.0's yes/no group has a threshold.
-	var progress struct {
-		Groups []struct {
-			Model, Type  string
-			Labels       int
-			Threshold    *float64
-			LabelsNeeded int `json:"labels_needed"`
-		}
-	}
-	getJSON(t, shell, blocks[6], &progress)
-	if len(progress.Groups) != 1 || progress.Groups[0].Model != "service-1.0.0" || progress.Groups[0].Labels != 3*audited ||
-		progress.Groups[0].Threshold == nil || progress.Groups[0].LabelsNeeded != 0 {
-		t.Fatalf("progress: %+v", progress)
-	}
-
-	// 5. Calibrate, paste the pin, reload: some answers now route auto.
-	out := shell(work, blocks[7])
-	pin1 := pinblock.Find(t, out, "service-1.0.0")
-	if t1 := pinblock.Noul(t, pin1); t1 != *progress.Groups[0].Threshold {
-		t.Errorf("calibrate's threshold %v, /progress said %v", t1, *progress.Groups[0].Threshold)
-	}
-	paste(t, caddyfile, pin1)
-	shell(work, blocks[8])
-	waitFor(t, "answers routing auto after the reload", func() bool {
-		return routeCount(shell(work, blocks[9]), "X-Route: auto") > 0
-	})
-
-	// 6. --by org: shop, the key's org, gets its own line with a
-	// certificate; it replaces the pooled pin, and the answers it routes
-	// auto carry the certificate's id.
-	out = shell(work, blocks[10])
-	orgPin := pinblock.Find(t, out, "service-1.0.0")
-	certs := readCertificates(t, filepath.Join(work, "certs.jsonl"))
-	if len(certs) != 1 || certs[0].Org != "shop" || certs[0].Model != "service-1.0.0" || certs[0].Type != "noul" || certs[0].Threshold != *progress.Groups[0].Threshold {
-		t.Fatalf("certs.jsonl: %+v, want one certificate for shop's noul threshold %v", certs, *progress.Groups[0].Threshold)
-	}
-	wantLine := fmt.Sprintf("\t\torg shop {\n\t\t\tnoul %s cert %s\n\t\t}", calibrate.FormatThreshold(certs[0].Threshold), certs[0].ID)
-	if !strings.Contains(orgPin, wantLine) {
-		t.Fatalf("the --by org pin\n%s\nhas no line\n%s", orgPin, wantLine)
-	}
-	replacePin(t, caddyfile, pin1, orgPin)
-	shell(work, blocks[11])
-	waitFor(t, "answers routing auto with the certificate", func() bool {
-		out := shell(work, blocks[12])
-		auto := routeCount(out, "X-Route: auto")
-		return auto > 0 && routeCount(out, "X-Route-Certificate: late="+certs[0].ID) == auto
-	})
-
-	// 7. Replay to service-2.0.0 and calibrate it: a higher threshold.
-	out = shell(work, blocks[13])
-	pin2 := pinblock.Find(t, out, "service-2.0.0")
-	if !(pinblock.Noul(t, pin2) > pinblock.Noul(t, pin1)) {
-		t.Errorf("service-2.0.0's pin\n%s\nis not above service-1.0.0's\n%s", pin2, pin1)
-	}
-	paste(t, caddyfile, pin2)
-	shell(work, blocks[14])
-
-	// 8. Traffic again, labels that disagree: the alarm, answers route
-	// human for guarantee_alarm within 10 seconds; the reset ends it.
-	shell(work, blocks[3])
-	if out := shell(work, blocks[15]); !regexp.MustCompile(`^labelled [1-9][0-9]* items\n$`).MatchString(out) {
-		t.Fatalf("reviewer -disagree printed %q", out)
-	}
-	type guarantee struct {
+	var g struct {
 		Groups []struct {
 			Model, Type string
-			Labels      int
 			Alarm       bool
 		}
 	}
-	var g guarantee
-	getJSON(t, shell, blocks[16], &g)
-	if len(g.Groups) != 1 || g.Groups[0].Model != "service-1.0.0" || g.Groups[0].Type != "noul" || !g.Groups[0].Alarm {
-		t.Fatalf("guarantee after the disagreeing labels: %+v", g)
+	if err := json.Unmarshal([]byte(outputOf(t, steps, outputs, "/review/guarantee\n")), &g); err != nil ||
+		len(g.Groups) != 1 || g.Groups[0].Model != "service-1.0.0" || g.Groups[0].Type != "noul" || !g.Groups[0].Alarm {
+		fail("the guarantee after the disagreeing labels: %+v %v", g, err)
 	}
-	waitFor(t, "every answer routed human for guarantee_alarm", func() bool {
-		out := shell(work, blocks[17])
-		return routeCount(out, "X-Route: human") == 20 && routeCount(out, "X-Route-Reason: guarantee_alarm") == 20
-	})
-	shell(work, blocks[18])
-	getJSON(t, shell, blocks[16], &g)
-	if len(g.Groups) != 1 || g.Groups[0].Alarm || g.Groups[0].Labels != 0 {
-		t.Fatalf("guarantee after the reset: %+v", g)
+	var progress struct {
+		Groups []struct {
+			Threshold *float64
+		}
 	}
-	waitFor(t, "answers routing auto again after the reset", func() bool {
-		out := shell(work, blocks[17])
-		return routeCount(out, "X-Route: auto") > 0 && routeCount(out, "X-Route-Reason: guarantee_alarm") == 0
-	})
+	if err := json.Unmarshal([]byte(outputOf(t, steps, outputs, "/review/progress?")), &progress); err != nil ||
+		len(progress.Groups) != 1 || progress.Groups[0].Threshold == nil {
+		fail("progress: %+v %v", progress, err)
+	}
+	pin1 := pinblock.Noul(t, pinblock.Find(t, outputOf(t, steps, outputs, "| tee calibrate.txt"), "service-1.0.0"))
+	pin2 := pinblock.Noul(t, pinblock.Find(t, outputOf(t, steps, outputs, "| tee calibrate-2.txt"), "service-2.0.0"))
+	if pin1 != *progress.Groups[0].Threshold || !(pin2 > pin1) {
+		fail("thresholds: /progress %v, service-1.0.0 %v, service-2.0.0 %v: want the first two equal, the third above", *progress.Groups[0].Threshold, pin1, pin2)
+	}
 
-	// 9. The certificate still verifies: the disagreeing labels of step 8
-	// were stored after it.
-	if out := shell(work, blocks[19]); out != "ok "+certs[0].ID+"\n" {
-		t.Fatalf("verify printed %q, want ok %s", out, certs[0].ID)
+	if after := gitStatus(t, root); after != before {
+		t.Errorf("the walk-through changed the clone: git status --porcelain --ignored was\n%s\nand is\n%s", before, after)
 	}
-	if !strings.HasPrefix(blocks[20], "redis-cli -p 6380 shutdown") {
-		t.Errorf("the clean-up block stops another Redis than the set-up's: %s", blocks[20])
-	}
-	t.Logf("walk-through done in %v", time.Since(start))
 }
 
-// shBlocks returns the ```sh blocks of a markdown file, in order. They are
-// tagged illustrative, so that docs/docs_test.go (which runs the docs'
-// commands against a gateway of its own) leaves them to this test.
-func shBlocks(t *testing.T, path string) []string {
+// freePorts returns the replacer of the doc's ports by free ones, and the
+// command that makes the same change in the scratch copy of the Caddyfile.
+func freePorts(t *testing.T) (*strings.Replacer, string) {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	used := map[int]bool{}
+	free := func() int {
+		for {
+			if p := gatewaytest.FreePort(t); !used[p] {
+				used[p] = true
+				return p
+			}
+		}
+	}
+	var pairs []string
+	sed := []string{"sed -i"}
+	for _, p := range []string{":8080", ":9080", ":2019", ":9180"} {
+		to := fmt.Sprintf(":%d", free())
+		pairs = append(pairs, p, to)
+		sed = append(sed, fmt.Sprintf("-e 's/%s/%s/g'", p, to))
+	}
+	redis := fmt.Sprint(free())
+	pairs = append(pairs, "--port 6380", "--port "+redis, "localhost:6380", "localhost:"+redis, "-p 6380", "-p "+redis)
+	return strings.NewReplacer(pairs...), strings.Join(append(sed, `"$walk/Caddyfile"`), " ")
+}
+
+// runScript runs the script with bash from dir, in a process group of its
+// own (the gateway and the Redis it starts in the background are in it
+// too, and are stopped with it if it fails), with $TMPDIR at tmp and
+// Caddy's state under it; stdout and stderr together, as a terminal shows
+// them.
+func runScript(t *testing.T, dir, file, tmp string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), walkthroughDeadline)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", file)
+	cmd.Dir = dir
+	// Go reads its settings (go env -w) from the user's config directory:
+	// named by GOENV, they stay the reader's when Caddy's state moves.
+	goenv, err := exec.Command("go", "env", "GOENV").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Env = append(withoutEnv(os.Environ(), "REDIS_URL", "SYSTEMONE_API_KEY", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "GOENV"),
+		"TMPDIR="+tmp, "XDG_CONFIG_HOME="+tmp, "XDG_DATA_HOME="+tmp, "GOENV="+strings.TrimSpace(string(goenv)))
+	outFile := filepath.Join(filepath.Dir(file), "output.log")
+	f, err := os.Create(outFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) })
+	runErr := cmd.Wait()
+	out, err := os.ReadFile(outFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runErr != nil {
+		t.Logf("the walk-through's script failed (%v)", runErr)
+	}
+	return string(out)
+}
+
+func withoutEnv(env []string, names ...string) []string {
 	var out []string
-	for _, m := range regexp.MustCompile("(?s)```sh illustrative\n(.*?)```").FindAllStringSubmatch(string(data), -1) {
-		out = append(out, strings.TrimSpace(m[1]))
+	for _, e := range env {
+		name, _, _ := strings.Cut(e, "=")
+		keep := true
+		for _, n := range names {
+			keep = keep && name != n
+		}
+		if keep {
+			out = append(out, e)
+		}
 	}
 	return out
 }
 
-func getJSON(t *testing.T, shell func(dir, block string) string, block string, v any) {
+// outputOf returns the output of the one block whose text holds s.
+func outputOf(t *testing.T, steps []step, outputs []string, s string) string {
 	t.Helper()
-	out := shell("", block)
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		t.Fatalf("%s: %v\n%s", block, err, out)
-	}
-}
-
-// routeCount reads a count of `sort | uniq -c`'s output.
-func routeCount(out, line string) int {
-	m := regexp.MustCompile(`(?mi)^\s*(\d+) ` + regexp.QuoteMeta(line) + `$`).FindStringSubmatch(out)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
-// replacePin replaces a pin block pasted before with another, as the doc
-// says.
-func replacePin(t *testing.T, path, old, pin string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	if strings.Count(text, old) != 1 {
-		t.Fatalf("no single\n%s\nin %s", old, text)
-	}
-	writeFile(t, path, strings.Replace(text, old, pin, 1))
-}
-
-// readCertificates reads a --certificates file.
-func readCertificates(t *testing.T, path string) []certificate.Certificate {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var certs []certificate.Certificate
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var c certificate.Certificate
-		if err := json.Unmarshal([]byte(line), &c); err != nil {
-			t.Fatalf("%s: %v\n%s", path, err, data)
+	found := -1
+	for i, st := range steps {
+		if strings.Contains(st.sh+"\n", s) {
+			if found >= 0 {
+				t.Fatalf("more than one block of the walk-through holds %q", s)
+			}
+			found = i
 		}
-		certs = append(certs, c)
 	}
-	return certs
+	if found < 0 {
+		t.Fatalf("no block of the walk-through holds %q", s)
+	}
+	return outputs[found]
 }
 
-// paste puts a pin block into the Caddyfile's route block, as the doc says.
-func paste(t *testing.T, path, pin string) {
+// gitStatus is the clone's `git status --porcelain`, its untracked and
+// ignored files each named (a binary built at the root is ignored, and
+// still a trace), or "" with a note when dir is not a git work tree (a
+// source archive): then nothing is compared.
+func gitStatus(t *testing.T, dir string) string {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	out, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=all", "--ignored").Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Logf("git status in %s: %v: the clone is not compared before and after", dir, err)
+		return ""
 	}
-	text := string(data)
-	if strings.Count(text, "route {\n") != 1 {
-		t.Fatalf("no single route block in %s", text)
-	}
-	writeFile(t, path, strings.Replace(text, "route {\n", "route {\n"+pin+"\n", 1))
-}
-
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// errNotYet is a waitFor condition that does not hold yet.
-var errNotYet = errors.New("not yet")
-
-// waitFor polls cond for up to the contract's 10 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	wait.Within(t, 10*time.Second, what, func() error {
-		if cond() {
-			return nil
-		}
-		return errNotYet
-	})
-}
-
-func waitListening(t *testing.T, addr string) {
-	t.Helper()
-	wait.Within(t, 30*time.Second, "the gateway listening on "+addr, func() error {
-		if out, err := exec.Command("curl", "-s", "-o", "/dev/null", "http://"+addr+"/").CombinedOutput(); err != nil {
-			return fmt.Errorf("%v %s", err, out)
-		}
-		return nil
-	})
+	return string(out)
 }

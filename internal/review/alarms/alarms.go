@@ -25,8 +25,11 @@ type Reader interface {
 	Known() bool
 	// Alarmed reports whether the question of type typ from org, answered
 	// by model, belongs to a group in alarm: its (model, type) group, or
-	// under a monitor `by org` its (model, type, org) group.
-	Alarmed(model, typ, org string) bool
+	// under a monitor `by org` its (model, type, org) group. escalatedFrom
+	// is "" for a version's own answer; for the second answer of a
+	// question an `escalate` block asked again, the first version: its
+	// group is the escalated one, apart from model's own answers.
+	Alarmed(model, typ, org, escalatedFrom string) bool
 }
 
 // alarmTimeout bounds one read of the alarm set.
@@ -216,16 +219,19 @@ func groupFields(g monitor.Group) []zap.Field {
 	if g.ByOrg {
 		fields = append(fields, zap.String("org", g.Org))
 	}
+	if g.EscalatedFrom != "" {
+		fields = append(fields, zap.String("escalated_from", g.EscalatedFrom))
+	}
 	return fields
 }
 
 // Alarmed is Reader's.
-func (w *Watch) Alarmed(model, typ, org string) bool {
+func (w *Watch) Alarmed(model, typ, org, escalatedFrom string) bool {
 	set := *w.set.Load()
-	if _, ok := set[monitor.Group{Model: model, Type: typ}]; ok {
+	if _, ok := set[monitor.Group{Model: model, Type: typ, EscalatedFrom: escalatedFrom}]; ok {
 		return true
 	}
-	_, ok := set[monitor.Group{Model: model, Type: typ, Org: org, ByOrg: true}]
+	_, ok := set[monitor.Group{Model: model, Type: typ, Org: org, ByOrg: true, EscalatedFrom: escalatedFrom}]
 	return ok
 }
 

@@ -24,7 +24,9 @@ func TestWatch(t *testing.T) {
 	key, resets := monitor.AlarmKey("gw:", "s"), monitor.ResetKey("gw:", "s")
 	pooled := monitor.Group{Model: "m", Type: "noul"}
 	perOrg := monitor.Group{Model: "m", Type: "choice", Org: "acme", ByOrg: true}
-	if err := client.SAdd(ctx, key, pooled.Member(), perOrg.Member()).Err(); err != nil {
+	// The second version e's answers to m's escalated score questions.
+	escalated := monitor.Group{Model: "e", Type: "score", EscalatedFrom: "m"}
+	if err := client.SAdd(ctx, key, pooled.Member(), perOrg.Member(), escalated.Member()).Err(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -34,15 +36,20 @@ func TestWatch(t *testing.T) {
 		t.Fatal("the first read happens before Start returns")
 	}
 	for _, c := range []struct {
-		model, typ, org string
-		want            bool
+		model, typ, org, from string
+		want                  bool
 	}{
-		{"m", "noul", "", true}, {"m", "noul", "acme", true}, // the pooled group holds every org
-		{"m", "choice", "acme", true}, {"m", "choice", "other", false},
-		{"m", "score", "", false}, {"n", "noul", "", false},
+		{"m", "noul", "", "", true}, {"m", "noul", "acme", "", true}, // the pooled group holds every org
+		{"m", "choice", "acme", "", true}, {"m", "choice", "other", "", false},
+		{"m", "score", "", "", false}, {"n", "noul", "", "", false},
+		// The escalated group is apart from the versions' own answers:
+		// e's own score answers and m's are not in alarm, nor e's
+		// answers escalated from another version.
+		{"e", "score", "", "m", true}, {"e", "score", "acme", "m", true},
+		{"e", "score", "", "", false}, {"e", "score", "", "n", false}, {"m", "noul", "", "x", false},
 	} {
-		if got := r.Alarmed(c.model, c.typ, c.org); got != c.want {
-			t.Errorf("Alarmed(%q, %q, %q) = %v, want %v", c.model, c.typ, c.org, got, c.want)
+		if got := r.Alarmed(c.model, c.typ, c.org, c.from); got != c.want {
+			t.Errorf("Alarmed(%q, %q, %q, %q) = %v, want %v", c.model, c.typ, c.org, c.from, got, c.want)
 		}
 	}
 
@@ -54,7 +61,7 @@ func TestWatch(t *testing.T) {
 		ok, _ := client.SIsMember(ctx, key, pooled.Member()).Result()
 		return ok
 	})
-	if !r.Alarmed("m", "noul", "") {
+	if !r.Alarmed("m", "noul", "", "") {
 		t.Fatal("a lost alarm stopped holding")
 	}
 
@@ -66,7 +73,7 @@ func TestWatch(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	wait.Until(t, "the reset group cleared", func() bool { return !r.Alarmed("m", "noul", "") })
+	wait.Until(t, "the reset group cleared", func() bool { return !r.Alarmed("m", "noul", "", "") })
 	if ok, _ := client.SIsMember(ctx, key, pooled.Member()).Result(); ok {
 		t.Fatal("a reset alarm was written back")
 	}
@@ -78,7 +85,7 @@ func TestWatchUnknownWhileUnreadable(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	w := Start(client, "gw:", "s", time.Hour, nil, nil)
 	t.Cleanup(w.Close)
-	if w.Known() || w.Alarmed("m", "noul", "") {
-		t.Fatalf("unreadable: Known %v, Alarmed %v", w.Known(), w.Alarmed("m", "noul", ""))
+	if w.Known() || w.Alarmed("m", "noul", "", "") {
+		t.Fatalf("unreadable: Known %v, Alarmed %v", w.Known(), w.Alarmed("m", "noul", "", ""))
 	}
 }

@@ -248,27 +248,28 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 			h.storeFailed(w, "put", err)
 			return
 		}
-		if ce := h.logger.Check(zap.WarnLevel, "late correction: the entry was taken as evidence before it; counted in late_corrections, the evidence unchanged"); ce != nil {
+		if ce := h.logger.Check(zap.WarnLevel, "late correction: the entry was taken as evidence before it; counted in late_corrections, the labels taken unchanged"); ce != nil {
 			ce.Write(zap.String("entry", e.ID), zap.String("model", e.Model), zap.Int("questions", len(lines)), zap.Duration("correct_within", h.correctWithin()))
+		}
+		// A correction to a disagreement still reaches the monitor.
+		if _, err := h.correctMonitor(r.Context(), id, lines); err != nil {
+			h.storeFailed(w, "put", err)
+			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	writes := make([]labelWrite, len(lines))
-	for i, rec := range lines {
-		b, err := rec.Marshal()
+	for i, ql := range lines {
+		rec, err := ql.stored()
 		if err != nil { // RawMessages came from json.Unmarshal: valid
 			h.storeFailed(w, "put", err)
 			return
 		}
-		writes[i] = labelWrite{question: rec.Question, record: string(b), agree: rec.Agree}
-		if rec.Audit && rec.Route == record.RouteAuto {
-			g := monitor.Group{Model: rec.Model, Type: rec.Type}
-			if h.monitor != nil && h.monitor.byOrg {
-				g.Org, g.ByOrg = rec.Org, true
-			}
-			writes[i].group = &g
+		writes[i] = labelWrite{question: ql[0].Question, record: rec}
+		if o := ql.observed(); o != nil {
+			writes[i].group, writes[i].agree = h.monitorGroup(o), o.Agree
 		}
 	}
 	var due, at time.Time
@@ -280,9 +281,10 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		h.storeFailed(w, "put", err)
 		return
 	}
-	for _, rec := range lines {
-		if !rec.Pass {
-			h.labels.WithLabelValues(rec.Model, rec.Type, strconv.FormatBool(rec.Agree)).Inc()
+	for _, ql := range lines {
+		// One label, counted once: against the first answer.
+		if first := ql[0]; !first.Pass {
+			h.labels.WithLabelValues(first.Model, first.Type, strconv.FormatBool(first.Agree)).Inc()
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store") // like every API answer
@@ -297,6 +299,19 @@ func (h *Handler) putLabels(w http.ResponseWriter, r *http.Request, rawID string
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// monitorGroup is the group whose process the line l, of an answer routed
+// auto in an audited entry, feeds: its (model, type) group, or under `by
+// org` its (model, type, org) group; an escalated question's second
+// answer feeds the escalated group of its version and type, apart from the
+// version's own answers.
+func (h *Handler) monitorGroup(l *record.Label) *monitor.Group {
+	g := monitor.Group{Model: l.Model, Type: l.Type, EscalatedFrom: l.EscalatedFrom}
+	if h.monitor != nil && h.monitor.byOrg {
+		g.Org, g.ByOrg = l.Org, true
+	}
+	return &g
 }
 
 // authUser is the user Caddy's authentication (basic_auth, or an

@@ -272,6 +272,11 @@ func TestBrowserProgressByOrg(t *testing.T) {
 	if note {
 		t.Error("no per-organization note while grouping by organization")
 	}
+	var promise string
+	tb.eval(`document.getElementById('by-note').textContent`, &promise)
+	if !strings.Contains(promise, "Each group's promise is its own") || !strings.Contains(promise, "calibrate --family") {
+		t.Errorf("the per-organization note does not say the promise is per group: %q", promise)
+	}
 
 	// A reload keeps the grouping.
 	tb.navigate(s.url + "/review/")

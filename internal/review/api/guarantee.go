@@ -88,8 +88,10 @@ const maxMetricModel = 128
 // registered on the registry of every config, like labelsTotal. It holds
 // the last value of each group; under `by org` its series carry an `org`
 // label too (all of them, so that the metric family keeps one set of label
-// names when a process runs both kinds of monitor). Its series are bounded
-// by the groups the review stream holds.
+// names when a process runs both kinds of monitor), and once an escalated
+// group exists, an `escalated_from` label (the first version; "" for a
+// version's own answers), for the same reason. Its series are bounded by
+// the groups the review stream holds.
 type guaranteeMetrics struct {
 	mu     sync.Mutex
 	groups map[monitor.Group][2]float64 // alarm 0|1, evidence
@@ -117,15 +119,19 @@ func (*guaranteeMetrics) Describe(chan<- *prometheus.Desc) {}
 func (c *guaranteeMetrics) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	byOrg := false
+	byOrg, escalated := false, false
 	for g := range c.groups {
 		byOrg = byOrg || g.ByOrg
+		escalated = escalated || g.EscalatedFrom != ""
 	}
 	for g, v := range c.groups {
 		names := []string{"model", "type"}
 		values := []string{bounded(g.Model), g.Type}
 		if byOrg {
 			names, values = append(names, "org"), append(values, bounded(g.Org))
+		}
+		if escalated {
+			names, values = append(names, "escalated_from"), append(values, bounded(g.EscalatedFrom))
 		}
 		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("systemone_guarantee_alarm", alarmHelp, names, nil),
 			prometheus.GaugeValue, v[0], values...)
@@ -263,6 +269,9 @@ func (h *Handler) observed(updates []monitor.Observed) {
 			if u.Group.ByOrg {
 				fields = append(fields, zap.String("org", u.Group.Org))
 			}
+			if u.Group.EscalatedFrom != "" {
+				fields = append(fields, zap.String("escalated_from", u.Group.EscalatedFrom))
+			}
 			ce.Write(append(fields, zap.Int64("entries", u.State.Entries),
 				zap.Int64("labels", u.State.Labels), zap.Int64("agree", u.State.Agree),
 				zap.Float64("evidence", u.State.Evidence), zap.Float64("target", m.params.Target),
@@ -282,9 +291,25 @@ type guaranteeGroup struct {
 	Agree    int64   `json:"agree"`
 	Evidence float64 `json:"evidence"`
 	Alarm    bool    `json:"alarm"`
+	// RaisedAt is when the alarm was raised and ResetAt the group's last
+	// reset (RFC 3339, Redis's clock: the clock of the entry ids, so that
+	// `calibrate --since <raised_at>` keeps the entries queued after the
+	// alarm); null when not in alarm (or its time was lost with Redis's
+	// data) and when never reset.
+	RaisedAt *string `json:"raised_at"`
+	ResetAt  *string `json:"reset_at"`
+	// Escalated is true for an escalated group: the second answers, by
+	// Model, of the questions an `escalate` block asked again of the
+	// first version EscalatedFrom ("" for a version's own answers).
+	Escalated     bool   `json:"escalated"`
+	EscalatedFrom string `json:"escalated_from"`
 	// LateCorrections counts the group's labels corrected after their
-	// entry was taken as evidence (late.go): counted, not observed.
+	// entry was taken as evidence (late.go); a correction to a
+	// disagreement also moved the evidence (late_monitor.go).
 	LateCorrections int `json:"late_corrections"`
+	// Refused counts the group's entries with more of its questions than
+	// max_questions: refused as evidence.
+	Refused int64 `json:"refused"`
 }
 
 // serveGuarantee answers GET /guarantee and DELETE
@@ -320,7 +345,7 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 	}
 	h.monitor.metrics.set(g, state)
 	if ce := h.logger.Check(zap.InfoLevel, "guarantee reset"); ce != nil {
-		ce.Write(zap.String("model", g.Model), zap.String("type", g.Type), zap.String("org", g.Org),
+		ce.Write(zap.String("model", g.Model), zap.String("type", g.Type), zap.String("org", g.Org), zap.String("escalated_from", g.EscalatedFrom),
 			zap.Float64("alpha", h.monitor.params.Level(state.Sequence)), zap.String("by", authUser(r)),
 			zap.String("stream", h.store.stream))
 	}
@@ -331,7 +356,9 @@ func (h *Handler) serveGuarantee(w http.ResponseWriter, r *http.Request) {
 // a model holding a slash is written %2F; the type is the last segment.
 // Under `by org` the group is the org's of the `org` query parameter
 // (absent or empty: the group of requests without an org); without it, an
-// `org` parameter names no group.
+// `org` parameter names no group. The `escalated_from` parameter names
+// the escalated group of the model's second answers to the questions of
+// that first version (absent or empty: the model's own answers).
 func groupPath(u *url.URL, byOrg bool) (monitor.Group, bool) {
 	rest, ok := strings.CutPrefix(u.EscapedPath(), "/guarantee/")
 	if !ok {
@@ -343,19 +370,19 @@ func groupPath(u *url.URL, byOrg bool) (monitor.Group, bool) {
 	}
 	model, err1 := url.PathUnescape(rest[:i])
 	typ, err2 := url.PathUnescape(rest[i+1:])
-	if err1 != nil || err2 != nil || !utf8.ValidString(model) || strings.ContainsAny(typ, ":@") {
+	if err1 != nil || err2 != nil || !utf8.ValidString(model) || strings.ContainsAny(typ, ":@^") {
 		return monitor.Group{}, false
 	}
 	org := u.Query().Get("org")
 	if !byOrg && org != "" {
 		return monitor.Group{}, false
 	}
-	return monitor.Group{Model: model, Type: typ, Org: org, ByOrg: byOrg}, true
+	return monitor.Group{Model: model, Type: typ, Org: org, ByOrg: byOrg, EscalatedFrom: u.Query().Get("escalated_from")}, true
 }
 
 func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 	p := h.monitor.params
-	states, err := h.store.monitor.Groups(r.Context(), p)
+	states, err := h.store.monitor.List(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "guarantee", err)
 		return
@@ -365,12 +392,24 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, "guarantee", err)
 		return
 	}
+	refused, err := h.store.monitor.Refused(r.Context())
+	if err != nil {
+		h.storeFailed(w, "guarantee", err)
+		return
+	}
+	for g := range refused {
+		if _, ok := states[g]; !ok && g.ByOrg == h.monitor.byOrg {
+			states[g] = monitor.Listed{State: monitor.Fresh(p.Target)} // every entry of it refused so far
+		}
+	}
 	groups := make([]guaranteeGroup, 0, len(states))
 	for g, s := range states {
-		h.monitor.metrics.set(g, s)
+		h.monitor.metrics.set(g, s.State)
 		groups = append(groups, guaranteeGroup{Model: g.Model, Type: g.Type, Org: g.Org, Alpha: p.Level(s.Sequence),
 			Entries: s.Entries, Labels: s.Labels, Agree: s.Agree, Evidence: s.Evidence, Alarm: s.Alarm,
-			LateCorrections: lateFor(late, g.Model, g.Type, g.Org)})
+			RaisedAt: rfc3339(s.RaisedAt), ResetAt: rfc3339(s.ResetAt),
+			Escalated: g.EscalatedFrom != "", EscalatedFrom: g.EscalatedFrom,
+			LateCorrections: lateFor(late, lateGroup{g.Model, g.Type, g.Org, g.EscalatedFrom}), Refused: refused[g]})
 	}
 	slices.SortFunc(groups, func(a, b guaranteeGroup) int {
 		if c := strings.Compare(a.Model, b.Model); c != 0 {
@@ -379,7 +418,20 @@ func (h *Handler) listGuarantee(w http.ResponseWriter, r *http.Request) {
 		if c := strings.Compare(a.Type, b.Type); c != 0 {
 			return c
 		}
+		if c := strings.Compare(a.EscalatedFrom, b.EscalatedFrom); c != 0 {
+			return c
+		}
 		return strings.Compare(a.Org, b.Org)
 	})
 	writeJSON(w, http.StatusOK, map[string]any{"target": p.Target, "alpha": p.Alpha, "groups": groups})
+}
+
+// rfc3339 writes t as RFC 3339 in UTC to the millisecond; nil for the
+// zero time (JSON null).
+func rfc3339(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	v := t.UTC().Format(time.RFC3339Nano)
+	return &v
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/systemone/systemone-gateway/internal/gatewaytest"
 	"github.com/systemone/systemone-gateway/internal/redistest"
+	"github.com/systemone/systemone-gateway/internal/review/calibrate"
 	"github.com/systemone/systemone-gateway/internal/wait"
 	"github.com/systemone/systemone-gateway/simulator"
 )
@@ -177,6 +179,8 @@ type guaranteePage struct {
 		Agree    int     `json:"agree"`
 		Evidence float64 `json:"evidence"`
 		Alarm    bool    `json:"alarm"`
+		RaisedAt *string `json:"raised_at"`
+		ResetAt  *string `json:"reset_at"`
 	} `json:"groups"`
 }
 
@@ -190,7 +194,13 @@ func (s *monitorStack) guarantee(t *testing.T) guaranteePage {
 	return p
 }
 
-// gauge returns the value of the metric line that starts with prefix.
+// emptyLabel is a label with an empty value, which Prometheus takes as no
+// label: the guarantee gauges carry escalated_from="" on a version's own
+// groups once the process has an escalated group.
+var emptyLabel = regexp.MustCompile(`\w+="",?`)
+
+// gauge returns the value of the metric line that starts with prefix,
+// its labels with empty values left out.
 func (s *monitorStack) gauge(t *testing.T, prefix string) (float64, bool) {
 	t.Helper()
 	resp, err := http.Get(s.metrics)
@@ -200,6 +210,7 @@ func (s *monitorStack) gauge(t *testing.T, prefix string) (float64, bool) {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.Replace(emptyLabel.ReplaceAllString(line, ""), ",}", "}", 1)
 		if strings.HasPrefix(line, prefix) {
 			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			return v, err == nil
@@ -294,6 +305,17 @@ func TestGuaranteeEndToEnd(t *testing.T) {
 		t.Errorf("alarm at evidence %v, below 1/0.025", p.Groups[0].Evidence)
 	}
 	t.Logf("alarm at the %d-th entry (evidence %.1f)", entries, p.Groups[0].Evidence)
+	// raised_at: on the clock of the entry ids, after the entry that
+	// raised the alarm was queued, so that --since <raised_at> leaves it
+	// and every entry before it out.
+	if p.Groups[0].RaisedAt == nil || p.Groups[0].ResetAt != nil {
+		t.Fatalf("in alarm: raised_at %v, reset_at %v", p.Groups[0].RaisedAt, p.Groups[0].ResetAt)
+	}
+	raisedAt, err := calibrate.ParseSince(*p.Groups[0].RaisedAt)
+	raisedEntry, _ := calibrate.ParseSince(item["id"].(string))
+	if err != nil || raisedEntry.Compare(raisedAt) >= 0 || time.Since(raisedAt.Time()) > time.Minute {
+		t.Errorf("raised_at %s (%v): want after the entry %s that raised it, and now", *p.Groups[0].RaisedAt, err, item["id"])
+	}
 	// The same labels again: the entry was observed, nothing changes.
 	s.label(t, item, false)
 	if p2 := s.guarantee(t); p2.Groups[0].Entries != p.Groups[0].Entries || p2.Groups[0].Evidence != p.Groups[0].Evidence {
@@ -320,6 +342,9 @@ func TestGuaranteeEndToEnd(t *testing.T) {
 	if resp.Header.Get("X-Route") != "human" || resp.Header.Get("X-Route-Questions") != "n0=human, n1=human" {
 		t.Errorf("alarmed: X-Route %q, questions %q", resp.Header.Get("X-Route"), resp.Header.Get("X-Route-Questions"))
 	}
+	if after, _ := calibrate.ParseSince(s.entryOf(t, resp)["id"].(string)); after.Compare(raisedAt) < 0 {
+		t.Errorf("an entry queued after the alarm, %s, is before raised_at %s", after, raisedAt)
+	}
 	t.Logf("guarantee_alarm %v after the label", time.Since(labelled).Round(time.Millisecond))
 
 	// Reset: 204, the group starts afresh, auto comes back.
@@ -340,8 +365,8 @@ func TestGuaranteeEndToEnd(t *testing.T) {
 	}
 	p = s.guarantee(t)
 	if len(p.Groups) != 1 || p.Groups[0].Labels != 0 || p.Groups[0].Entries != 0 || p.Groups[0].Agree != 0 || p.Groups[0].Evidence != 1 ||
-		p.Groups[0].Alarm || p.Groups[0].Alpha != 0.0125 {
-		t.Errorf("after the reset (the second sequence runs at alpha/4): %+v", p)
+		p.Groups[0].Alarm || p.Groups[0].Alpha != 0.0125 || p.Groups[0].RaisedAt != nil || p.Groups[0].ResetAt == nil {
+		t.Errorf("after the reset (the second sequence runs at alpha/4, no raised_at, a reset_at): %+v", p)
 	}
 	if v, _ := s.gauge(t, "systemone_guarantee_alarm"+series); v != 0 {
 		t.Errorf("alarm gauge after the reset: %v", v)

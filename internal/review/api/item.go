@@ -50,7 +50,7 @@ func newItem(e *record.Entry, stored map[string]string) Item {
 	}
 	for q, text := range stored {
 		var l record.Label
-		if json.Unmarshal([]byte(text), &l) != nil || len(l.Label) == 0 {
+		if json.Unmarshal([]byte(firstLine(text)), &l) != nil || len(l.Label) == 0 {
 			continue
 		}
 		if it.Labels == nil {

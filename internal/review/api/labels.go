@@ -168,30 +168,60 @@ func requestKinds(request *string) map[string]kind {
 	return kinds
 }
 
-// passLines are the `/labels` lines of a pass: one per question of e (the
-// first of an id), no label, Pass set (agree written null, taken as a
-// disagreement).
-func passLines(e *record.Entry, reviewer, ts string) []record.Label {
-	var out []record.Label
+// questionLines are the `/labels` lines of one question of an entry: its
+// first answer's (stage 1), then for an escalated question its second
+// answer's (stage 2). They are stored together, as one record under the
+// question's id (see store.go).
+type questionLines []record.Label
+
+// stored is the lines' record: each line's JSON, joined by newlines.
+func (ql questionLines) stored() (string, error) {
+	var b strings.Builder
+	for i := range ql {
+		line, err := ql[i].Marshal()
+		if err != nil {
+			return "", err
+		}
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.Write(line)
+	}
+	return b.String(), nil
+}
+
+// observed is the line whose answer the monitor observes: the one routed
+// auto in an entry drawn by audit (the first answer's, or an escalated
+// question's second); nil when none was.
+func (ql questionLines) observed() *record.Label {
+	for i := range ql {
+		if ql[i].Audit && ql[i].Route == record.RouteAuto {
+			return &ql[i]
+		}
+	}
+	return nil
+}
+
+// passLines are the `/labels` lines of a pass: those of each question of
+// e (the first of an id), no label, Pass set (agree written null, taken as
+// a disagreement).
+func passLines(e *record.Entry, reviewer, ts string) []questionLines {
+	var out []questionLines
 	seen := map[string]bool{}
-	for _, q := range e.Questions {
+	for i := range e.Questions {
+		q := &e.Questions[i]
 		if seen[q.ID] {
 			continue
 		}
 		seen[q.ID] = true
-		out = append(out, record.Label{
-			Entry: e.ID, RequestID: e.RequestID, Org: e.Org, Model: e.Model,
-			Type: q.Type, Question: q.ID, Confidence: q.Confidence, Answer: q.Answer,
-			Audit: e.Audit, AuditP: e.AuditP, AuditFloor: e.AuditFloor, AuditFrom: e.AuditFrom,
-			Route: q.Route, Reviewer: reviewer, TS: ts, Pass: true,
-		})
+		out = append(out, questionLines(e.Lines(q, record.Label{Reviewer: reviewer, TS: ts, Pass: true})))
 	}
 	return out
 }
 
 // labelLines validates the labels against e's questions and builds the
-// `/labels` line of each.
-func labelLines(e *record.Entry, body labelsBody, kinds map[string]kind, ts string) ([]record.Label, errorList) {
+// `/labels` lines of each.
+func labelLines(e *record.Entry, body labelsBody, kinds map[string]kind, ts string) ([]questionLines, errorList) {
 	if body.pass {
 		return passLines(e, body.reviewer, ts), errorList{}
 	}
@@ -208,7 +238,7 @@ func labelLines(e *record.Entry, body labelsBody, kinds map[string]kind, ts stri
 			byID[e.Questions[i].ID] = &e.Questions[i]
 		}
 	}
-	out := make([]record.Label, 0, len(body.labels))
+	out := make([]questionLines, 0, len(body.labels))
 	for _, m := range body.labels {
 		where := loc("body", "labels", m.key)
 		q := byID[m.key]
@@ -220,13 +250,7 @@ func labelLines(e *record.Entry, body labelsBody, kinds map[string]kind, ts stri
 		if !ok {
 			continue
 		}
-		out = append(out, record.Label{
-			Entry: e.ID, RequestID: e.RequestID, Org: e.Org, Model: e.Model,
-			Type: q.Type, Question: q.ID, Confidence: q.Confidence, Answer: q.Answer,
-			Label: label, Agree: record.Agree(q.Type, label, q.Answer), Audit: e.Audit,
-			AuditP: e.AuditP, AuditFloor: e.AuditFloor, AuditFrom: e.AuditFrom,
-			Route: q.Route, Reviewer: body.reviewer, TS: ts,
-		})
+		out = append(out, questionLines(e.Lines(q, record.Label{Label: label, Reviewer: body.reviewer, TS: ts})))
 	}
 	return out, errs
 }

@@ -35,13 +35,19 @@ func labelsJSON(n int, value string) []byte {
 	return []byte(b.String())
 }
 
-// validate runs a PUT body through the checks putLabels makes, against e.
+// validate runs a PUT body through the checks putLabels makes, against e,
+// and returns each question's first line.
 func validate(raw []byte, e record.Entry) ([]record.Label, errorList) {
 	body, errs := parseLabelsBody(raw)
 	if errs.any() {
 		return nil, errs
 	}
-	return labelLines(&e, body, nil, "2026-01-01T00:00:00Z")
+	lines, errs := labelLines(&e, body, nil, "2026-01-01T00:00:00Z")
+	first := make([]record.Label, len(lines))
+	for i, ql := range lines {
+		first[i] = ql[0]
+	}
+	return first, errs
 }
 
 func wantError(t *testing.T, errs errorList, typ string, where ...any) fieldError {

@@ -68,7 +68,7 @@ func TestMonitorDocs(t *testing.T) {
 		Groups        []map[string]any
 	}
 	if blocks := fencedIn(doc, "json"); len(blocks) != 1 || json.Unmarshal([]byte(blocks[0]), &example) != nil ||
-		len(example.Groups) != 1 || !slices.Equal(slices.Sorted(maps.Keys(example.Groups[0])), []string{"agree", "alarm", "alpha", "entries", "evidence", "labels", "model", "org", "type"}) {
+		len(example.Groups) != 1 || !slices.Equal(slices.Sorted(maps.Keys(example.Groups[0])), []string{"agree", "alarm", "alpha", "entries", "escalated", "escalated_from", "evidence", "labels", "late_corrections", "model", "org", "raised_at", "refused", "reset_at", "type"}) {
 		t.Errorf("the JSON example is not GET /guarantee's form: %+v", example)
 	}
 

@@ -15,7 +15,7 @@ import (
 // built into the binary. The page reaches the API by URLs relative to
 // where it is served, so it works under any mount path.
 //
-//go:embed page/index.html page/review.js page/review.css
+//go:embed page/index.html page/review.js page/guarantee.js page/review.css
 var pageFiles embed.FS
 
 // loaded is when the binary started: the assets' Last-Modified.

@@ -14,7 +14,7 @@ import (
 	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
-// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question>&min_labels=<n>&method=<anytime|uniform|weighted>
+// serveProgress answers GET /progress?target=<t>&delta=<d>&by=<type|question|org>&min_labels=<n>&method=<anytime|uniform|weighted>&family=<0|1>&since=<time|entry id>
 // with exactly what `systemone-gateway calibrate --json` prints for the
 // labels stored now: the same package computes it (calibrate.Sample) and
 // writes it (calibrate.WriteJSON), from the same lines GET /labels
@@ -36,14 +36,9 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 	opts.CorrectWithin, opts.MaxQuestions, opts.AsOf = h.correctWithin(), h.maxQuestions(), h.clock()()
 	sample := calibrate.NewSample()
 	err := h.store.export(r.Context(), exportBatch, func(stored []string) error {
-		for _, text := range stored {
-			l, err := record.ParseLabel([]byte(text))
-			if err == nil {
-				err = sample.AddLabel(&l)
-			}
-			if err != nil {
-				return fmt.Errorf("stored label of %s: %v", l.Entry, err)
-			}
+		if i, err := sample.AddStored(stored); err != nil {
+			l, _ := record.ParseLabel([]byte(stored[i])) // for its entry, if it has one
+			return fmt.Errorf("stored label of %s: %v", l.Entry, err)
 		}
 		return nil
 	})
@@ -71,7 +66,7 @@ func (h *Handler) serveProgress(w http.ResponseWriter, r *http.Request) {
 	}
 	for i := range res.Groups {
 		g := &res.Groups[i]
-		g.LateCorrections, g.HasLateCorrections = lateFor(late, g.Model, g.Type, g.Org), true
+		g.LateCorrections, g.HasLateCorrections = lateFor(late, lateGroup{model: g.Model, typ: g.Type, org: g.Org}), true
 	}
 	var out bytes.Buffer
 	if err := calibrate.WriteJSON(&out, res); err != nil {
@@ -122,12 +117,21 @@ func progressOptions(query url.Values) (calibrate.Options, errorList) {
 	if n, ok := positiveInt(&errs, query, "min_labels"); ok {
 		opts.MinLabels = n
 	}
+	opts.Family = boolParam(&errs, query, "family")
 	if v, ok := query["method"]; ok {
 		if !slices.Contains(calibrate.Methods, v[0]) {
 			expected := literals(calibrate.Methods)
 			errs.add("literal_error", loc("query", "method"), "Input should be "+expected, jsonString(v[0]), map[string]any{"expected": expected})
 		} else {
 			opts.Method = v[0]
+		}
+	}
+	if v, ok := query["since"]; ok && v[0] != "" {
+		// An empty since is the page's "all labels": every entry.
+		if since, err := calibrate.ParseSince(v[0]); err != nil {
+			errs.add("value_error", loc("query", "since"), "Value error, not an RFC 3339 time (2026-01-02T15:04:05Z, from 1970 on) or a stream entry id (<ms>-<seq>)", jsonString(v[0]), nil)
+		} else {
+			opts.Since = since
 		}
 	}
 	return opts, errs

@@ -16,7 +16,7 @@ import (
 
 // calibrateJSON runs `systemone-gateway calibrate ... --json <labels URL>`
 // as Caddy's CLI sets it up, and returns what it prints.
-func calibrateJSON(t *testing.T, args ...string) string {
+func calibrateJSON(t testing.TB, args ...string) string {
 	t.Helper()
 	c, ok := caddycmd.Commands()["calibrate"]
 	if !ok {
@@ -99,6 +99,7 @@ func TestReviewProgress(t *testing.T) {
 		{"target=0.9&delta=0.1", "--target 0.9 --delta 0.1"},
 		{"target=0.8&by=question&min_labels=30", "--target 0.8 --by question --min-labels 30"},
 		{"target=0.8&by=org&min_labels=5", "--target 0.8 --by org --min-labels 5"},
+		{"target=0.8&by=org&min_labels=5&family=1", "--target 0.8 --by org --min-labels 5 --family"},
 		{"target=0.99&delta=0.2&by=type&min_labels=99999999999999999999", "--target 0.99 --delta 0.2"},
 		{"target=0.9&delta=1e-300", "--target 0.9 --delta 1e-300"},
 		{"target=0.9&method=uniform", "--target 0.9 --method uniform"},
@@ -133,6 +134,7 @@ func TestReviewProgress(t *testing.T) {
 		"target=0.9&min_labels=0":   "greater_than_equal",
 		"target=0.9&min_labels=1.5": "int_parsing",
 		"target=0.9&method=cp":      "literal_error",
+		"target=0.9&family=maybe":   "bool_parsing",
 	} {
 		resp, body := s.call(t, http.MethodGet, "/review/progress?"+query, "")
 		if types, locs := detailTypes(t, resp, body); len(types) != 1 || types[0] != want || locs[0][0] != "query" {

@@ -198,7 +198,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		if allow(w, r, http.MethodGet) {
 			h.servePage(w, r)
 		}
-	case p == "/review.js" || p == "/review.css":
+	case p == "/review.js" || p == "/guarantee.js" || p == "/review.css":
 		if allow(w, r, http.MethodGet) {
 			serveAsset(w, r, p[1:])
 		}

@@ -424,7 +424,7 @@ func TestReviewAPI(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d label lines, want 3: %v", len(lines), lines)
 	}
-	fields := []string{"entry", "request_id", "org", "model", "type", "question", "confidence", "answer", "label", "agree", "audit", "route", "reviewer", "ts"}
+	fields := []string{"entry", "request_id", "org", "model", "type", "question", "confidence", "answer", "label", "agree", "audit", "route", "reviewer", "ts", "stage"}
 	for _, l := range lines {
 		var keys []string
 		for k := range l {
@@ -434,7 +434,7 @@ func TestReviewAPI(t *testing.T) {
 			t.Errorf("line fields %v, want %v", keys, fields)
 		}
 		if l["entry"] != entries[0] || l["request_id"] != first.RequestID || l["org"] != first.Org || l["model"] != "service-1.0.0" ||
-			l["audit"] != false || l["route"] != "human" || l["reviewer"] != "ann" {
+			l["audit"] != false || l["route"] != "human" || l["reviewer"] != "ann" || l["stage"] != float64(1) {
 			t.Errorf("line %v", l)
 		}
 		if ts, err := time.Parse(time.RFC3339, l["ts"].(string)); err != nil || time.Since(ts) > time.Minute || !strings.HasSuffix(l["ts"].(string), "Z") {

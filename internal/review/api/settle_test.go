@@ -25,9 +25,7 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 	ctx := context.Background()
 	clock := testclock.New(time.Unix(1700000000, 0))
 	settle := durationOf(10 * time.Minute)
-	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, Settle: settle}, CorrectWithin: durationOf(0)}
-	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
-	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), settle: h.Monitor.settle(), now: clock.Now, metrics: newGuaranteeMetrics()}
+	h := monitorHandler(&Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, Settle: settle}, CorrectWithin: durationOf(0)}, clock.Now)
 	add := func(requestID string) string {
 		id, err := client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: []string{"request_id", requestID, "model", "m", "audit", "1",
 			"questions", `[{"id":"a","type":"noul","route":"auto","confidence":0.9,"answer":0.9},{"id":"b","type":"noul","route":"auto","confidence":0.9,"answer":0.9}]`}}).Result()
@@ -97,19 +95,8 @@ func TestSettleCorrectionsOrderDuplicates(t *testing.T) {
 func TestMonitorByOrg(t *testing.T) {
 	s, client := testStore(t)
 	ctx := context.Background()
-	h := &Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, ByOrg: true, Settle: durationOf(0)}, CorrectWithin: durationOf(0)}
-	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
-	// Its own collector: the process's gauges would carry an org label on
-	// every series once any group is by org.
-	h.monitor = &guaranteeMonitor{params: h.Monitor.params(), byOrg: true, settle: 0, now: time.Now, metrics: newGuaranteeMetrics()}
-	serve := func(method, path, body string) *httptest.ResponseRecorder {
-		t.Helper()
-		w := httptest.NewRecorder()
-		if err := h.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)), nil); err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	h := monitorHandler(&Handler{store: s, logger: zap.NewNop(), Monitor: &Monitor{Target: 0.9, ByOrg: true, Settle: durationOf(0)}, CorrectWithin: durationOf(0)}, time.Now)
+	serve := serveWith(t, h)
 	for i, org := range []string{"acme", "acme", "tiny:co"} {
 		id, err := client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: []string{"request_id", "r" + string(rune('0'+i)), "model", "m", "org", org, "audit", "1",
 			"questions", `[{"id":"a","type":"noul","route":"auto","confidence":0.9,"answer":0.9}]`}}).Result()
@@ -137,5 +124,30 @@ func TestMonitorByOrg(t *testing.T) {
 	members, _ := client.HKeys(ctx, monitor.StateKey("systemone:", "review:human")).Result()
 	if len(members) != 2 {
 		t.Errorf("state members %q", members)
+	}
+}
+
+// monitorHandler gives h, a handler of a test store, its labels counter
+// and a running monitor of its Monitor's settings (not started: the test
+// takes), on the clock now, with a collector of its own (the process's
+// gauges would carry an org label on every series once any group is by
+// org).
+func monitorHandler(h *Handler, now func() time.Time) *Handler {
+	h.labels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"model", "type", "agree"})
+	params := h.Monitor.params()
+	params.MaxQuestions = h.maxQuestions()
+	h.monitor = &guaranteeMonitor{params: params, byOrg: h.Monitor.ByOrg, settle: h.Monitor.settle(), now: now, metrics: newGuaranteeMetrics()}
+	return h
+}
+
+// serveWith serves one request with h and returns its answer.
+func serveWith(t *testing.T, h *Handler) func(method, path, body string) *httptest.ResponseRecorder {
+	return func(method, path, body string) *httptest.ResponseRecorder {
+		t.Helper()
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)), nil); err != nil {
+			t.Fatal(err)
+		}
+		return w
 	}
 }

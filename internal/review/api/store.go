@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,7 +26,10 @@ import (
 // A label record is the exact JSON line GET /labels exports for that
 // question: it carries everything the export needs (the entry's ids, model,
 // the question's type, route, confidence and answer, the label, agree,
-// reviewer, time), so an entry trimmed from the stream still exports.
+// reviewer, time), so an entry trimmed from the stream still exports. For
+// an escalated question the record is its two lines, the first answer's
+// and the second's, joined by a newline (a JSON line holds none), so that
+// both are written, replaced and exported together.
 //
 // One hash per entry makes "a later PUT replaces the labels of the
 // questions it names" a plain HSET of those fields, with no read-modify-
@@ -318,7 +322,7 @@ func (s *store) exportRecords(ctx context.Context, ids []string, entries []*reco
 		}
 		slices.Sort(keys)
 		for _, q := range keys {
-			records = append(records, qs[q])
+			records = append(records, recordLines(qs[q])...)
 		}
 		if e := entries[i]; e != nil && e.Audit {
 			records = append(records, pendingLines(e, qs)...)
@@ -327,23 +331,32 @@ func (s *store) exportRecords(ctx context.Context, ids []string, entries []*reco
 	return records, nil
 }
 
+// recordLines are the `/labels` lines of a stored record: one, or an
+// escalated question's two.
+func recordLines(rec string) []string { return strings.Split(rec, "\n") }
+
+// firstLine is a stored record's first line: the first answer's.
+func firstLine(rec string) string {
+	line, _, _ := strings.Cut(rec, "\n")
+	return line
+}
+
 // pendingLines are the `/labels` lines of e's questions with no stored
-// record: label and agree null.
+// record: label and agree null, an escalated question's second answer's
+// line beside its first's.
 func pendingLines(e *record.Entry, stored map[string]string) []string {
 	var out []string
 	seen := map[string]bool{}
-	for _, q := range e.Questions {
+	for i := range e.Questions {
+		q := &e.Questions[i]
 		if _, ok := stored[q.ID]; ok || seen[q.ID] {
 			continue
 		}
 		seen[q.ID] = true
-		l := record.Label{
-			Entry: e.ID, RequestID: e.RequestID, Org: e.Org, Model: e.Model,
-			Type: q.Type, Question: q.ID, Confidence: q.Confidence, Answer: q.Answer, Audit: e.Audit,
-			AuditP: e.AuditP, AuditFloor: e.AuditFloor, AuditFrom: e.AuditFrom, Route: q.Route, Pending: true,
-		}
-		if b, err := l.Marshal(); err == nil { // RawMessages came from the stream's JSON
-			out = append(out, string(b))
+		for _, l := range e.Lines(q, record.Label{Pending: true}) {
+			if b, err := l.Marshal(); err == nil { // RawMessages came from the stream's JSON
+				out = append(out, string(b))
+			}
 		}
 	}
 	return out

@@ -150,7 +150,7 @@ func TestReviewPageServed(t *testing.T) {
 		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") || !bytes.Contains(body, []byte(`src="review.js"`)) {
 		t.Errorf("page: %d %v", resp.StatusCode, resp.Header)
 	}
-	for asset, typ := range map[string]string{"/review/review.js": "text/javascript", "/review/review.css": "text/css"} {
+	for asset, typ := range map[string]string{"/review/review.js": "text/javascript", "/review/guarantee.js": "text/javascript", "/review/review.css": "text/css"} {
 		resp, body := s.call(t, http.MethodGet, asset, "")
 		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), typ) || len(body) == 0 {
 			t.Errorf("%s: %d %s", asset, resp.StatusCode, resp.Header.Get("Content-Type"))

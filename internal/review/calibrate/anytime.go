@@ -2,7 +2,6 @@ package calibrate
 
 import (
 	"math"
-	"math/rand/v2"
 	"slices"
 )
 
@@ -182,9 +181,11 @@ type walker struct {
 	started      bool
 	startA       int // grid index of the first start
 	startS       int // grid index of the second start, <= startA
-	procs        []eprocess
-	last         Draw // the last entry's draw, for labels_needed
-	scratch      []obsLine
+	// barA and barS are -ln of the starts' own levels (hasThreshold's).
+	barA, barS float64
+	procs      []eprocess
+	last       Draw // the last entry's draw, for labels_needed
+	scratch    []obsLine
 }
 
 func newWalker(target, delta float64, weighted bool, maxQuestions int) *walker {
@@ -243,12 +244,8 @@ func (w *walker) observe(lines []obsLine, draw Draw, replay bool) {
 		return 0
 	})
 	w.scratch = scored
-	total := float64(w.maxQuestions)
-	if perEntryWeights {
-		total = float64(len(lines))
-	}
+	total := w.entryTotal(lines)
 	nt, at, j := 0, 0, 0
-	p := draw.p()
 	for k := min(gridIndex(top), w.startA); k >= 0; k-- {
 		t := gridValue(k)
 		for ; j < len(scored) && scored[j].confidence >= t; j++ {
@@ -257,19 +254,43 @@ func (w *walker) observe(lines []obsLine, draw Draw, replay bool) {
 				at++
 			}
 		}
-		if nt == 0 {
-			continue
-		}
-		s := 1.0
-		if w.weighted {
-			s = draw.floorAt(t, replay) / p
-		}
-		e := &w.procs[k]
-		e.observe(s*(float64(at)-w.target*float64(nt))/total, s, w.target)
-		e.n += nt
-		e.agree += at
-		e.entries++
+		w.feed(k, nt, at, total, draw, replay)
 	}
+}
+
+// entryTotal is what an entry's evidence is weighed against: maxQuestions
+// (its number of questions under perEntryWeights).
+func (w *walker) entryTotal(lines []obsLine) float64 {
+	if perEntryWeights {
+		return float64(len(lines))
+	}
+	return float64(w.maxQuestions)
+}
+
+// feed gives candidate k an entry's observation: nt of its questions at or
+// above the candidate, at of them agreeing, weighed against total. An
+// entry with none there leaves the candidate as it is.
+func (w *walker) feed(k, nt, at int, total float64, draw Draw, replay bool) {
+	if nt == 0 {
+		return
+	}
+	y, s := w.observation(k, nt, at, total, draw, replay)
+	e := &w.procs[k]
+	e.observe(y, s, w.target)
+	e.n += nt
+	e.agree += at
+	e.entries++
+}
+
+// observation is candidate k's observation y of an entry with nt of its
+// questions at or above the candidate, at of them agreeing, and its scale
+// s (f/p weighted, else 1).
+func (w *walker) observation(k, nt, at int, total float64, draw Draw, replay bool) (y, s float64) {
+	s = 1.0
+	if w.weighted {
+		s = draw.floorAt(gridValue(k), replay) / draw.p()
+	}
+	return s * (float64(at) - w.target*float64(nt)) / total, s
 }
 
 // start sets the starting points from the burn-in's top confidences.
@@ -309,6 +330,7 @@ func (w *walker) startWith(extra int, top float64) {
 	for k := range w.procs {
 		w.procs[k] = newEprocess(w.target)
 	}
+	w.barA, w.barS = -math.Log(w.startShare(w.startA)), -math.Log(w.startShare(w.startS))
 	w.started = true
 }
 
@@ -332,24 +354,22 @@ func (w *walker) levels() (levels []float64, lowest int) {
 	return levels, lowest
 }
 
-// hasThreshold reports whether some candidate is rejected: levels' walk,
-// without its slice, stopping where nothing more can be rejected.
+// hasThreshold reports whether some candidate is rejected: levels' walk
+// reduced to what decides it. Every candidate but a start is tested at
+// the level carried down from a rejection above it, so some candidate is
+// rejected exactly when a start is: A at its share, or S at delta/2 (the
+// carry it would add comes from a rejection, which already answers). The
+// bars are the starts' -ln(level), set with the starts, so that the
+// futures of labels_expected, which ask after every entry, take no
+// logarithm.
 func (w *walker) hasThreshold() bool {
 	if !w.started {
 		return false
 	}
-	carry := 0.0
-	for k := w.startA; k >= 0; k-- {
-		level := carry + w.startShare(k)
-		if w.procs[k].rejected(level) {
-			return true
-		}
-		carry = 0
-		if k < w.startS {
-			return false // below both starts, only a rejection carries on
-		}
+	if w.procs[w.startA].logMax >= w.barA {
+		return true
 	}
-	return false
+	return w.startS != w.startA && w.procs[w.startS].logMax >= w.barS
 }
 
 // startShare is candidate k's share of delta before any level carried
@@ -430,49 +450,4 @@ func (w *walker) stepsToReject(k int, top, level float64) int {
 		steps++
 	}
 	return steps
-}
-
-// expectations is how many times labels_expected resamples a group's
-// future (odd, for the median), and expectHorizon the most more entries
-// each run may take before it counts as never reaching a threshold.
-const (
-	expectations  = 31
-	expectHorizon = 20000
-)
-
-// expected is labels_expected: the median, over resampled futures, of the
-// more entries until the group has a threshold, each future drawing
-// entries at random (with replacement) from the group's own entries.
-// false when there are none or the median future does not reach one
-// within the horizon.
-func (w *walker) expected(g groupView, spans []span) (int, bool) {
-	if w.hasThreshold() {
-		return 0, true
-	}
-	if len(spans) == 0 || !g.expect {
-		return 0, false
-	}
-	rng := rand.New(rand.NewPCG(g.seed, 0x5eed))
-	horizon := min(expectHorizon, max(10*len(spans), 100*w.burn))
-	counts := make([]int, 0, expectations)
-	var buf []obsLine
-	for range expectations {
-		c := w.clone()
-		n := 0
-		for n < horizon && !c.hasThreshold() {
-			sp := spans[rng.IntN(len(spans))]
-			var draw Draw
-			var replay bool
-			buf, draw, replay = g.entry(sp, buf)
-			c.observe(buf, draw, replay)
-			n++
-		}
-		if !c.hasThreshold() {
-			n = math.MaxInt
-		}
-		counts = append(counts, n)
-	}
-	slices.Sort(counts)
-	med := counts[len(counts)/2]
-	return med, med != math.MaxInt
 }

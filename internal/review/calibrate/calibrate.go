@@ -111,6 +111,9 @@ type Line struct {
 	// Pass is true for a line of an entry a reviewer passed: complete, and
 	// a disagreement (Agree is false).
 	Pass bool
+	// Auto is true when the gateway routed the question auto (`route`
+	// "auto"): where the threshold in force shows (Group.InForce).
+	Auto bool
 }
 
 // Options are the calibration's parameters. DefaultOptions gives the
@@ -139,12 +142,20 @@ type Options struct {
 	CorrectWithin time.Duration
 	// AsOf is the time of the look; the zero time is now.
 	AsOf time.Time
+	// Since keeps only the entries from this id on (ParseSince reads an id
+	// or a time); not Set, the default, keeps every entry.
+	Since EntryID
 	// MaxQuestions is the most questions of one group an entry may hold:
 	// each entry's evidence is weighed against it, so that the guarantee
 	// is per answer whatever the entries' sizes, and an entry above it is
 	// refused as evidence and counted (Group.Refused). 0 is
 	// DefaultMaxQuestions.
 	MaxQuestions int
+	// Family holds the guarantee for all the groups together: the chance
+	// that any threshold reported is wrong is at most Delta, each group
+	// walked at its share (family.go). Default off: each group's chance
+	// is at most Delta on its own.
+	Family bool
 	// Expect asks for labels_expected, a simulation of each group without
 	// a threshold (a few dozen resampled futures, each up to thousands of
 	// entries): true in DefaultOptions; without it LabelsExpected is
@@ -214,6 +225,9 @@ type Result struct {
 	// Method the method (never "").
 	Target, Delta float64
 	Method        string
+	// Family is Options.Family: Delta bounds the chance that any group's
+	// threshold is wrong, each group's Delta its share.
+	Family bool
 	// Ignored counts the lines without `audit`: they are not a uniform
 	// sample of the traffic, so they cannot support a guarantee.
 	Ignored int
@@ -226,6 +240,8 @@ type Result struct {
 	// Notes explain decisions the method's text leaves open, for a person
 	// to read (for example a question id kept in its type groups).
 	Notes []string
+	// Since is Options.Since: the entries counted start there.
+	Since EntryID
 }
 
 // Group is the outcome for one (model, type), (model, type, question) or
@@ -236,6 +252,9 @@ type Group struct {
 	Question string
 	// Org is the org of an org group (ByOrg), "" for a pooled group.
 	Org string
+	// Delta is the risk the group was walked at: the calibration's, or
+	// with Family the group's share of it.
+	Delta float64
 	// Cert is the id of the threshold's certificate, once Certify has
 	// written one; the fragment writes it on the threshold's line.
 	Cert string
@@ -315,6 +334,13 @@ type Group struct {
 	// HasLateCorrections is false from a file, which cannot tell.
 	LateCorrections    int
 	HasLateCorrections bool
+
+	// Bins are the group's labelled audited questions per confidence bin,
+	// empty bins left out: the reliability diagram (bins.go).
+	Bins []Bin
+	// InForce is the threshold in force as the routes of the group's
+	// answers show it, nil when none of them was routed auto.
+	InForce *InForce
 }
 
 // Calibrate computes a threshold for each group of lines. It fails only on

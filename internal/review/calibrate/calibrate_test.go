@@ -254,6 +254,8 @@ func walkFields(g Group) Group {
 	g.Entries, g.HasLowerBound, g.Evidence, g.Level, g.Needs = 0, false, 0, 0, 0
 	g.LabelsExpected, g.HasLabelsExpected = 0, false
 	g.lines = nil // the group's line places: for certificates
+	g.Bins = nil  // the reliability diagram: since_test.go and bins_test.go
+	g.Delta = 0   // the risk it was walked at: family_test.go
 	return g
 }
 

@@ -53,7 +53,7 @@ func certificateOf(g Group, res Result, opts Options, raw [][]byte) (certificate
 		Entries: g.Entries, Lines: g.N, Agree: g.Agree, Evidence: g.Evidence,
 		LabelsSHA256: sum, LabelsUntil: until,
 		AsOf: time.Unix(0, opts.asOf()).UTC().Format(time.RFC3339Nano), CorrectWithin: opts.CorrectWithin.String(),
-		MaxQuestions: opts.maxQuestions(),
+		MaxQuestions: opts.maxQuestions(), Since: opts.Since.String(), Family: opts.Family,
 	}
 	if g.HasThreshold {
 		c.Threshold = g.Threshold
@@ -106,7 +106,7 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 		opts    Options
 	}
 	runOf := func(c certificate.Certificate) run {
-		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions}
+		opts := Options{Target: c.Target, Delta: c.Delta, By: c.By, MinLabels: c.MinLabels, Method: c.Method, MaxQuestions: c.MaxQuestions, Family: c.Family}
 		if c.MaxQuestions == 0 {
 			opts.MaxQuestions = DefaultMaxQuestions
 		}
@@ -114,6 +114,11 @@ func Verify(certs []certificate.Certificate, raw [][]byte) ([]Verification, erro
 		// recorded is recomputed at its labels_until with no window.
 		opts.AsOf, _ = time.Parse(time.RFC3339Nano, c.AsOf)
 		opts.CorrectWithin, _ = time.ParseDuration(c.CorrectWithin)
+		if c.Since != "" {
+			// An id that does not read leaves every entry in: the
+			// recomputation differs, and verify says so.
+			opts.Since, _ = ParseSince(c.Since)
+		}
 		if c.AsOf == "" {
 			opts.AsOf = time.Unix(0, untilNanos(c.LabelsUntil))
 		}

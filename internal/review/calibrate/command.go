@@ -21,7 +21,7 @@ import (
 func Commands(check ConfigCheck) []caddycmd.Command {
 	return []caddycmd.Command{{
 		Name:  "calibrate",
-		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--correct-within <duration>] [--max-questions <n>] [--as-of <time>] [--certificates <file>] [--json] <labels>",
+		Usage: "--target <agreement> [--delta <risk>] [--by type|question|org] [--min-labels <n>] [--method anytime|uniform|weighted] [--family] [--correct-within <duration>] [--max-questions <n>] [--since <time|entry id>] [--as-of <time>] [--certificates <file>] [--json] <labels>",
 		Short: "Computes route thresholds from the review API's labels",
 		Long: `
 Computes, for each model version and question type (and, with --by
@@ -74,11 +74,24 @@ questions of one group an entry can hold, so that the guarantee is per
 answer however the entries' sizes vary; an entry above it is refused and
 counted.
 
+--since <time|entry id> keeps only the entries from that point of the
+review stream on, for example those queued after a guarantee alarm
+(/guarantee's raised_at): an entry id, or an RFC 3339 time, compared
+with when each entry was queued (the milliseconds of its id), not with
+when it was labelled. A certificate records it, and verify recomputes
+with it.
+
+Each group's promise is its own: the chance that its threshold is wrong
+is at most --delta on its own. --family holds it for all the groups of
+the calibration together: the chance that any is wrong is at most
+--delta, each group walked at its share of it (docs/calibration.md).
+
 No audited label at all is an error (exit status 1); a --target or
 --delta outside (0, 1) exits with status 2.
 
 Defaults: --delta 0.05, --by type, --min-labels 30, --method anytime,
---correct-within 24h, --max-questions 5, --as-of now.
+--correct-within 24h, --max-questions 5, --as-of now, every entry (no
+--since).
 `,
 		CobraFunc: setUp,
 	}, {
@@ -122,8 +135,10 @@ func setUp(cmd *cobra.Command) {
 	fl.String("certificates", "", "write a certificate per threshold to this file, and its id on the threshold's line")
 	fl.String("method", defaults.Method, `"anytime" (valid however often you look), "weighted" for the labels of the active audit, or "uniform" (one look only)`)
 	fl.Bool("json", false, "print the groups as JSON instead of a table and a Caddyfile fragment")
+	fl.Bool("family", false, "hold the guarantee for all the groups together: the chance that any threshold is wrong is at most --delta")
 	fl.Duration("correct-within", defaults.CorrectWithin, "the correction window: an entry is evidence once all its audited questions are labelled (or it is passed) and its newest label is this old; 0s takes labels as final at once")
 	fl.String("as-of", "", "the time of the look, RFC 3339 (default now): recomputes a past look")
+	fl.String("since", "", "keep only the entries from this point of the review stream on: an entry id, or an RFC 3339 time compared with when each entry was queued (its id), for example a guarantee alarm's raised_at")
 	fl.Int("max-questions", defaults.MaxQuestions, "the most questions of one group an entry can hold, fixed in advance: each entry's evidence is weighed against it, an entry above it is refused and counted")
 	cmd.Args = func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {
@@ -149,11 +164,17 @@ func run(cmd *cobra.Command, args []string) error {
 	opts.Method, _ = fl.GetString("method")
 	opts.CorrectWithin, _ = fl.GetDuration("correct-within")
 	opts.MaxQuestions, _ = fl.GetInt("max-questions")
+	opts.Family, _ = fl.GetBool("family")
 	opts.AsOf = time.Now().UTC()
 	if asOf, _ := fl.GetString("as-of"); fl.Changed("as-of") {
 		if opts.AsOf, err = time.Parse(time.RFC3339Nano, asOf); err != nil {
 			err = fmt.Errorf("--as-of %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", asOf)
 			return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return 2, err })(cmd, args)
+		}
+	}
+	if since, _ := fl.GetString("since"); fl.Changed("since") {
+		if opts.Since, err = ParseSince(since); err != nil {
+			return cli.Usage(err)
 		}
 	}
 	if fl.Changed("max-questions") && opts.MaxQuestions < 1 {

@@ -158,22 +158,42 @@ func (s *Sample) AddFrom(r io.Reader) error {
 	return scanLines(r, func(l Line, _ []byte) { s.Add(l) })
 }
 
-// scanLines parses each line of r and hands it to add, in order.
+// scanLines parses each line of r and hands it to add, in order. Lines
+// are read in batches of parseBatchLines, each parsed on the machine's
+// processors at once (parseLines); a bad line ends it, the lines before
+// it handed over.
 func scanLines(r io.Reader, add func(Line, []byte)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
 	num := 0
+	var texts [][]byte
+	var nums []int // each text's line number, from 1
+	flush := func() error {
+		lines, errs := parseLines(texts)
+		for i, l := range lines {
+			if errs[i] != nil {
+				return fmt.Errorf("line %d: %v", nums[i], errs[i])
+			}
+			add(l, texts[i])
+		}
+		texts, nums = nil, nums[:0] // add may keep a text: each batch has its own
+		return nil
+	}
 	for sc.Scan() {
 		num++
 		raw := bytes.TrimSpace(sc.Bytes())
 		if len(raw) == 0 {
 			continue
 		}
-		l, err := parseLine(raw)
-		if err != nil {
-			return fmt.Errorf("line %d: %v", num, err)
+		texts, nums = append(texts, bytes.Clone(raw)), append(nums, num)
+		if len(texts) == parseBatchLines {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
-		add(l, raw)
+	}
+	if err := flush(); err != nil { // the lines before a read error come first
+		return err
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -212,7 +232,8 @@ func (s *Sample) AddLabel(rec *record.Label) error {
 func LineOf(rec *record.Label) (Line, error) {
 	var err error
 	l := Line{Model: rec.Model, Type: rec.Type, Question: rec.Question, Agree: rec.Agree, Audit: rec.Audit,
-		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay || rec.Route == RouteReplayFailed, Pending: rec.Pending, Pass: rec.Pass}
+		Org: rec.Org, RequestID: rec.RequestID, Replay: rec.Route == RouteReplay || rec.Route == RouteReplayFailed, Pending: rec.Pending, Pass: rec.Pass,
+		Auto: rec.Route == record.RouteAuto}
 	if rec.Pass {
 		l.Agree = false // a passed entry's questions count as disagreements
 	}

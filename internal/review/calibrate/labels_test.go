@@ -23,7 +23,7 @@ func TestReadLines(t *testing.T) {
 	}
 	want := []Line{
 		{Model: "service-1.0.0", Type: "noul", Question: "is_safe", Confidence: 0.9, HasConfidence: true, Agree: true, Audit: true,
-			Entry: EntryID{Ms: 1, Seq: 0, Set: true}, RequestID: "r1", Labelled: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano(), Org: "acme"},
+			Entry: EntryID{Ms: 1, Seq: 0, Set: true}, RequestID: "r1", Labelled: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano(), Org: "acme", Auto: true},
 		{Model: "m", Type: "score", Question: "q"},
 		{Model: "m", Type: "choice", Question: "c", Confidence: 0, HasConfidence: true, Agree: true, Audit: true},
 	}

@@ -3,7 +3,6 @@ package calibrate
 import (
 	"cmp"
 	"math"
-	"math/rand/v2"
 	"slices"
 )
 
@@ -113,50 +112,4 @@ func firstPass(lo, hi int, ok func(int) bool) int {
 		}
 	}
 	return lo
-}
-
-// uniformExpectMaxLines bounds the groups whose labels_expected the
-// uniform method simulates: each checkpoint of each future re-walks every
-// line, so a larger group reports none.
-const uniformExpectMaxLines = 200_000
-
-// expectedUniform is labels_expected under MethodUniform: the median,
-// over resampled futures (entries drawn at random, with replacement, from
-// the group's own), of the more entries until the walk finds a threshold,
-// checked at checkpoints about 5% apart, so the figure is that coarse.
-func (g groupView) expectedUniform(m tally, target, delta float64) (int, bool) {
-	spans := g.spans()
-	if len(spans) == 0 || m.labels > uniformExpectMaxLines {
-		return 0, false
-	}
-	nmin := MinLines(target, delta)
-	rng := rand.New(rand.NewPCG(g.seed, 0x5eed))
-	horizon := min(expectHorizon, max(10*len(spans), 10*nmin))
-	counts := make([]int, 0, expectations)
-	var buf []obsLine
-	for range expectations {
-		scored := slices.Clone(m.scored)
-		labels := m.labels
-		n, found := 0, false
-		for next := 1; n < horizon && !found; next = max(next+1, next*21/20) {
-			for ; n < next; n++ {
-				buf, _, _ = g.entry(spans[rng.IntN(len(spans))], buf)
-				labels += len(buf)
-				for _, l := range buf {
-					if l.confidence >= 0 {
-						scored = append(scored, point(l))
-					}
-				}
-			}
-			t := tally{labels: labels, scored: slices.Clone(scored)}
-			found = t.walk(target, delta, nmin).HasThreshold
-		}
-		if !found {
-			n = math.MaxInt
-		}
-		counts = append(counts, n)
-	}
-	slices.Sort(counts)
-	med := counts[len(counts)/2]
-	return med, med != math.MaxInt
 }

@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,8 +21,14 @@ func FormatThreshold(t float64) string { return certificate.FormatThreshold(t) }
 
 // resultJSON is the documented `--json` document.
 type resultJSON struct {
-	Target  float64     `json:"target"`
-	Delta   float64     `json:"delta"`
+	Target float64 `json:"target"`
+	Delta  float64 `json:"delta"`
+	// Method is the method the thresholds were computed with; Since the
+	// first entry id counted (--since), null without.
+	Method string  `json:"method"`
+	Since  *string `json:"since"`
+	// Family is present, true, with --family: delta is family-wise.
+	Family  bool        `json:"family,omitempty"`
 	Ignored int         `json:"ignored"`
 	Groups  []groupJSON `json:"groups"`
 }
@@ -49,20 +56,48 @@ type groupJSON struct {
 	// LateCorrections is the review API's count (GET /progress); null
 	// from a file, which cannot tell.
 	LateCorrections *int `json:"late_corrections"`
+	// Delta is the group's share of the family's delta, with --family
+	// only.
+	Delta *float64 `json:"delta,omitempty"`
+	// Bins is the reliability diagram, InForce the threshold in force
+	// (null when no answer of the group was routed auto): bins.go.
+	Bins    []binJSON    `json:"bins"`
+	InForce *inForceJSON `json:"in_force"`
+}
+
+type binJSON struct {
+	From      float64 `json:"from"`
+	To        float64 `json:"to"`
+	N         int     `json:"n"`
+	Agree     int     `json:"agree"`
+	Agreement float64 `json:"agreement"`
+	Lower     float64 `json:"lower"`
+	Upper     float64 `json:"upper"`
+}
+
+type inForceJSON struct {
+	Threshold float64 `json:"threshold"`
+	N         int     `json:"n"`
+	Agree     int     `json:"agree"`
 }
 
 // MarshalJSON writes the documented `--json` document: {"target", "delta",
-// "ignored", "groups": [{"model", "type", "question", "org", "labels",
-// "threshold", "agree", "n", "entries", "lower_bound", "coverage",
-// "labels_needed", "labels_expected", "complete_through", "waiting_on",
-// "waiting", "refused", "late_corrections"}]}, with an unrounded
+// "method", "since", "ignored", "groups": [{"model", "type", "question",
+// "org", "labels", "threshold", "agree", "n", "entries", "lower_bound",
+// "coverage", "labels_needed", "labels_expected", "complete_through",
+// "waiting_on", "waiting", "refused", "late_corrections", "bins",
+// "in_force"}]}, since null without --since, with an unrounded
 // threshold, or null; lower_bound null where the method has none,
 // labels_expected null where there is no estimate, complete_through null
 // with an empty prefix, waiting_on null when nothing holds it back,
 // late_corrections null unless the review API counted them. Notes are not
 // part of it.
 func (r Result) MarshalJSON() ([]byte, error) {
-	doc := resultJSON{Target: r.Target, Delta: r.Delta, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
+	doc := resultJSON{Target: r.Target, Delta: r.Delta, Method: r.Method, Family: r.Family, Ignored: r.Ignored, Groups: make([]groupJSON, 0, len(r.Groups))}
+	if r.Since.Set {
+		since := r.Since.String()
+		doc.Since = &since
+	}
 	for _, g := range r.Groups {
 		gj := groupJSON{
 			Model: g.Model, Type: g.Type, Question: g.Question, Org: g.Org, Labels: g.Labels,
@@ -87,6 +122,16 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		gj.Waiting, gj.Refused = g.Waiting, g.Refused
 		if g.HasLateCorrections {
 			gj.LateCorrections = &g.LateCorrections
+		}
+		gj.Bins = make([]binJSON, len(g.Bins))
+		for i, b := range g.Bins {
+			gj.Bins[i] = binJSON(b)
+		}
+		if g.InForce != nil {
+			gj.InForce = (*inForceJSON)(g.InForce)
+		}
+		if r.Family {
+			gj.Delta = &g.Delta
 		}
 		doc.Groups = append(doc.Groups, gj)
 	}
@@ -118,8 +163,12 @@ func WriteTable(w io.Writer, r Result) error {
 	if method == "" {
 		method = MethodAnytime
 	}
-	fmt.Fprintf(bw, "target %v, delta %v, method %s: %d audited labels used, %d not audited (ignored)",
-		r.Target, r.Delta, method, used, r.Ignored)
+	since := ""
+	if r.Since.Set {
+		since = ", entries from " + r.Since.String() + " on"
+	}
+	fmt.Fprintf(bw, "target %v, delta %v%s, method %s%s: %d audited labels used, %d not audited (ignored)",
+		r.Target, r.Delta, familyNote(r), method, since, used, r.Ignored)
 	if r.Duplicates > 0 {
 		fmt.Fprintf(bw, ", %d duplicate lines counted once", r.Duplicates)
 	}
@@ -133,7 +182,7 @@ func WriteTable(w io.Writer, r Result) error {
 			threshold = FormatThreshold(g.Threshold)
 			coverage = fmt.Sprintf("%.1f%%", 100*g.Coverage)
 		} else {
-			why = append(why, whyLine(g, r.Target, r.Delta, method))
+			why = append(why, whyLine(g, r.Target, cmp.Or(g.Delta, r.Delta), method))
 		}
 		if g.N > 0 {
 			agree = fmt.Sprintf("%d/%d", g.Agree, g.N)
@@ -223,10 +272,7 @@ func groupQuestion(g Group) string {
 // whyLine says, for a group without a threshold, why the walk found none,
 // with the agreement seen so far.
 func whyLine(g Group, target, delta float64, method string) string {
-	name := display(g.Model) + " " + g.Type
-	if g.Question != "" {
-		name += " question " + display(g.Question)
-	}
+	name := groupLabel(g)
 	if method != MethodUniform {
 		if g.Why == WhyBelowTarget {
 			return fmt.Sprintf("%s: no threshold yet: the first candidate (confidence %s, %d entries, %d questions) has evidence %.3g where it needs %.3g (target %v, delta %v); agreement there %d/%d",
@@ -283,6 +329,9 @@ func WriteFragment(w io.Writer, r Result) error {
 	}
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, "route {")
+	for _, line := range promiseComment(r) {
+		fmt.Fprintf(bw, "\t# %s\n", line)
+	}
 	for i := 0; i < len(r.Groups); {
 		model := r.Groups[i].Model
 		var body []string

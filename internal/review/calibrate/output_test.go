@@ -104,7 +104,7 @@ func TestCaddyfileToken(t *testing.T) {
 
 // runCommand runs the calibrate command as Caddy's CLI would set it up,
 // with the given standard input.
-func runCommand(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
+func runCommand(t testing.TB, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	cmd := &cobra.Command{Use: "calibrate", SilenceUsage: true, SilenceErrors: true}
 	setUp(cmd)
@@ -162,7 +162,7 @@ func TestJSONShape(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if got := keys(doc); got != "delta groups ignored target" {
+	if got := keys(doc); got != "delta groups ignored method since target" {
 		t.Errorf("document fields: %s", got)
 	}
 	var groups []map[string]any
@@ -171,7 +171,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	nulls := 0
 	for _, g := range groups {
-		if got := keys(g); got != "agree complete_through coverage entries labels labels_expected labels_needed late_corrections lower_bound model n org question refused threshold type waiting waiting_on" {
+		if got := keys(g); got != "agree bins complete_through coverage entries in_force labels labels_expected labels_needed late_corrections lower_bound model n org question refused threshold type waiting waiting_on" {
 			t.Errorf("group fields: %s", got)
 		}
 		if g["threshold"] == nil {

@@ -9,28 +9,28 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Power: how many audited entries each method needs before it reports a
-// threshold, and before the threshold it reports covers 80% of what the
-// best threshold (the lowest whose true agreement reaches the target)
-// covers. docs/calibration.md ("Power: how many labels") gives the
+// threshold. docs/calibration.md ("Power: how many labels") gives the
 // figures of
 //
 //	go test ./internal/review/calibrate/ -run TestPowerFigures -count=1 -v -args -sim.power
 //
 // and BENCHMARKS.md the command. Without -sim.power only a small smoke
-// run checks the machinery against Calibrate itself.
+// run checks the machinery against Calibrate itself, and
+// TestPowerPlanSimulation the rows of the planned-look table that take
+// seconds.
 //
 // The anytime method is followed entry by entry with its own walker, the
 // code Calibrate runs over a group's entries: its evidence at a candidate
 // is a running maximum and its starting points are fixed after the
 // burn-in, so a threshold once reported stays, and the first entry at
 // which Calibrate would report is exactly the first at which the walker
-// does. The one-look method is evaluated as if calibrate were run after
-// every powerLookEvery entries; its figure is the first such look at
-// which it reports, valid only if that were the one look (read with many
-// looks, it is not: TestPremiseLooks).
+// does. The one-look method is valid for one look at a number of entries
+// fixed in advance: power_plan_sim_test.go finds, for each N, the share
+// of streams in which one look at exactly N entries reports.
 
 var simPower = flag.Bool("sim.power", false, "print the power figures of docs/calibration.md (a few minutes)")
 
@@ -122,51 +122,6 @@ func anytimeRun(r *rand.Rand, g grid, target, delta float64, q int) powerRun {
 	return out
 }
 
-// uniformRun follows the one-look method over one stream of one-question
-// entries, looking every powerLookEvery entries. The confidences are on
-// the two-decimal grid, so the walk counts them by grid point: the same
-// fixed-sequence walk as walkUniform (candidates from the top down, those
-// with fewer than MinLines questions at or above skipped, the first whose
-// Clopper-Pearson bound is below the target ending it), without sorting
-// every look's lines again.
-func uniformRun(r *rand.Rand, g grid, target, delta float64) powerRun {
-	_, best := g.best(target)
-	nmin := MinLines(target, delta)
-	var n, k [gridSteps + 1]int // questions and agreements at each grid point
-	var out powerRun
-	var buf []obsLine
-	for e := 1; e <= powerHorizon; e++ {
-		buf = g.entryLines(r, 1, buf)
-		i := int(math.Round(buf[0].confidence * gridSteps))
-		n[i]++
-		if buf[0].agree {
-			k[i]++
-		}
-		if e%powerLookEvery != 0 || e < nmin {
-			continue
-		}
-		threshold, has := -1, false
-		nt, kt := 0, 0
-		for c := gridSteps; c >= 0; c-- {
-			nt, kt = nt+n[c], kt+k[c]
-			if n[c] == 0 || nt < nmin {
-				continue
-			}
-			if LowerBound(kt, nt, delta) < target {
-				break
-			}
-			threshold, has = c, true
-		}
-		if !has {
-			continue
-		}
-		if out.reported(e, g, gridValue(threshold), best) {
-			return out
-		}
-	}
-	return out
-}
-
 // orgRun is one stream of one-question entries from orgs organizations of
 // equal share and the same curve: the entries (all orgs' together) at
 // which the pooled group first reports, and at which each org's own
@@ -218,8 +173,8 @@ func quantile(xs []int, q float64, horizon int) string {
 	return strconv.Itoa(v)
 }
 
-// powerTable runs every curve at each target and returns the markdown
-// table of the figures.
+// powerTable runs the anytime method over every curve at each target and
+// returns the markdown table of its figures.
 func powerTable(runs int, targets []float64, curves []curve) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| curve | target | best threshold (coverage) | method | entries to a first threshold: median, 80th pct | entries to 80%% of the best coverage: median, 80th pct |\n")
@@ -235,7 +190,6 @@ func powerTable(runs int, targets []float64, curves []curve) string {
 			}{
 				{"anytime, 1 question per entry", func(r *rand.Rand) powerRun { return anytimeRun(r, g, target, simDelta, 1) }},
 				{"anytime, 5 correlated questions per entry", func(r *rand.Rand) powerRun { return anytimeRun(r, g, target, simDelta, 5) }},
-				{"uniform, 1 question per entry (one look only)", func(r *rand.Rand) powerRun { return uniformRun(r, g, target, simDelta) }},
 			}
 			for _, row := range rows {
 				var first, covered []int
@@ -286,9 +240,10 @@ func TestPowerFigures(t *testing.T) {
 	if !*simPower {
 		t.Skip("the power figures run with -args -sim.power")
 	}
-	const runs = 200
+	const runs = powerRuns
 	targets := []float64{0.90, 0.95}
 	curves := []curve{flatCurve, risingCurve, halfCurve}
+	fmt.Printf("A planned look against anytime, delta %.2f, %d runs a row:\n\n%s\n", simDelta, runs, planTable(runs, targets, curves))
 	fmt.Printf("Power, delta %.2f, %d runs a row:\n\n%s\n", simDelta, runs, powerTable(runs, targets, curves))
 	fmt.Printf("Label cost per organization, delta %.2f, %d runs a row:\n\n%s\n", simDelta, runs, orgTable(runs, targets, curves))
 }
@@ -335,12 +290,12 @@ func groupFor(t *testing.T, lines []Line, target float64, by, org, method string
 // The smoke run of the power figures, by default: the walkers the figures
 // follow report exactly when Calibrate does (the anytime method on the
 // first entry at which it reports and not one entry before, for one
-// question and five per entry, pooled and per org; the one-look method
-// at its first reporting look and not the look before); and with every
-// entry agreeing at one confidence, the anytime method's median entries
-// to a first threshold is within twice the one-look method's, as BurnIn
-// is designed to give. (On the flat 0.97 curve it is not: the smoke run
-// logs both, and docs/calibration.md gives the figures.)
+// question and five per entry, pooled and per org, and with the default
+// correction window on labels a day apart from the next day's, exactly
+// when the complete prefix reaches that entry; the planned look's verdict
+// at any number of entries); and with every entry agreeing at one
+// confidence, the anytime method's median entries to a first threshold is
+// within twice what one planned look needs, as BurnIn is designed to give.
 func TestPowerSmoke(t *testing.T) {
 	for _, q := range []int{1, 5} {
 		g := risingCurve.grid()
@@ -353,6 +308,7 @@ func TestPowerSmoke(t *testing.T) {
 		if !at.HasThreshold || before.HasThreshold {
 			t.Errorf("%d questions: the walker reports at entry %d; Calibrate there %v, one entry before %v", q, p.first, at.HasThreshold, before.HasThreshold)
 		}
+		checkWindow(t, g, q, p.first)
 	}
 
 	g := flatCurve.grid()
@@ -372,33 +328,83 @@ func TestPowerSmoke(t *testing.T) {
 		check(ByOrg, "o"+strconv.Itoa(o), n)
 	}
 
-	u := uniformRun(rand.New(rand.NewPCG(7, 2028)), risingCurve.grid(), 0.9, simDelta)
-	if u.first == 0 {
-		t.Fatalf("uniform: no threshold within %d entries", powerHorizon)
-	}
-	at := groupFor(t, streamLines(7, risingCurve.grid(), 1, 0, u.first), 0.9, ByType, "", MethodUniform, 1)
-	before := groupFor(t, streamLines(7, risingCurve.grid(), 1, 0, u.first-powerLookEvery), 0.9, ByType, "", MethodUniform, 1)
-	if !at.HasThreshold || before.HasThreshold {
-		t.Errorf("uniform: the walk reports at entry %d; Calibrate there %v, a look before %v", u.first, at.HasThreshold, before.HasThreshold)
-	}
+	checkPlannedLook(t, halfCurve.grid())
 
-	const runs = 20
 	for _, c := range []curve{flatCurve, {"all agreeing at confidence 1", func(c float64) float64 {
 		if c == 1 {
 			return 1
 		}
 		return 0
 	}, func(float64) float64 { return 1 }}} {
-		var anytime, uniform []int
-		for run := range runs {
-			anytime = append(anytime, anytimeRun(rand.New(rand.NewPCG(uint64(run), 2028)), c.grid(), 0.9, simDelta, 1).first)
-			uniform = append(uniform, uniformRun(rand.New(rand.NewPCG(uint64(run), 2028)), c.grid(), 0.9, simDelta).first)
+		u, a := planRow(20, c.grid(), 0.9, simDelta)
+		t.Logf("%s at 0.90, 20 runs: entries for a threshold with probability 50%%: one planned look %d, anytime %d", c.name, u[0], a[0])
+		if c.name != flatCurve.name && (a[0] == 0 || u[0] == 0 || a[0] > 2*u[0]) {
+			t.Errorf("every entry agreeing: anytime's median %d entries to a first threshold is not within twice the %d of a planned look", a[0], u[0])
 		}
-		a, _ := strconv.Atoi(quantile(anytime, 0.5, powerHorizon))
-		u, _ := strconv.Atoi(quantile(uniform, 0.5, powerHorizon))
-		t.Logf("%s at 0.90, %d runs: median entries to a first threshold anytime %d, uniform %d", c.name, runs, a, u)
-		if c.name != flatCurve.name && (a == 0 || u == 0 || a > 2*u) {
-			t.Errorf("every entry agreeing: anytime's median %d entries to a first threshold is not within twice uniform's %d", a, u)
+	}
+}
+
+// checkWindow: with the default options (labels final after a day), the
+// anytime method reports once the complete prefix holds its first
+// reporting entry n, counted as the walker counts: a look a day after
+// entry n was labelled reports, one a nanosecond sooner does not, while
+// the day's newer labels wait.
+func checkWindow(t *testing.T, g grid, q, n int) {
+	t.Helper()
+	const every = 10 * time.Minute // one entry labelled every 10 minutes
+	lines := streamLines(7, g, q, 0, n+int(DefaultCorrectWithin/every)+5)
+	for i := range lines {
+		e := lines[i].Entry.Ms - simBase
+		lines[i].Labelled = simStart.Add(time.Duration(e) * every).UnixNano()
+	}
+	labelledN := simStart.Add(time.Duration(n-1) * every) // entry n is the (n-1)th from 0
+	for _, look := range []struct {
+		at   time.Time
+		want bool
+	}{{labelledN.Add(DefaultCorrectWithin), true}, {labelledN.Add(DefaultCorrectWithin - 1), false}} {
+		opts := DefaultOptions()
+		opts.Target, opts.Delta, opts.MaxQuestions, opts.AsOf = 0.9, simDelta, q, look.at
+		res, err := Calibrate(lines, opts)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if g := res.Groups[0]; g.HasThreshold != look.want || g.Waiting == 0 {
+			t.Errorf("%d questions, a look at %v: threshold %v, %d labels waiting; want %v, some waiting", q, look.at, g.HasThreshold, g.Waiting, look.want)
+		}
+	}
+}
+
+// checkPlannedLook: the planned-look table's verdict over the grid
+// counts of a stream's first N entries is Calibrate's under the uniform
+// method over those entries, for N from the start of the walk to
+// hundreds, reporting and not, on a few streams.
+func checkPlannedLook(t *testing.T, g grid) {
+	t.Helper()
+	nmin := MinLines(0.9, simDelta)
+	seen := map[bool]int{}
+	passes := boundPasses{}
+	for seed := uint64(7); seed < 11; seed++ {
+		r := rand.New(rand.NewPCG(seed, 2028))
+		var n, k [gridSteps + 1]int
+		var buf []obsLine
+		for e := 1; e <= 600; e++ {
+			buf = g.entryLines(r, 1, buf)
+			c := int(math.Round(buf[0].confidence * gridSteps))
+			n[c]++
+			if buf[0].agree {
+				k[c]++
+			}
+			if e < nmin || e%41 != 0 && e != nmin {
+				continue
+			}
+			got := lookReports(&n, &k, 0.9, simDelta, nmin, passes)
+			if want := groupFor(t, streamLines(seed, g, 1, 0, e), 0.9, ByType, "", MethodUniform, 1).HasThreshold; got != want {
+				t.Errorf("stream %d, one look at %d entries: the table's walk %v, Calibrate %v", seed, e, got, want)
+			}
+			seen[got]++
+		}
+	}
+	if seen[true] < 3 || seen[false] < 3 {
+		t.Errorf("looks reporting and not: %v; the check compares too few of one", seen)
 	}
 }

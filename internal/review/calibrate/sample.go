@@ -76,7 +76,7 @@ type compactLine struct {
 	flags             recordFlags
 }
 
-type recordFlags uint8
+type recordFlags uint16
 
 const (
 	hasConfidence recordFlags = 1 << iota
@@ -92,6 +92,8 @@ const (
 	// incomplete: a line of an entry that is not complete at the look
 	// (Sample.markComplete).
 	incomplete
+	// routedAuto: the gateway routed the question auto (Line.Auto).
+	routedAuto
 )
 
 // entryID writes the record's entry id as the stream does; "" without one.
@@ -154,18 +156,22 @@ func (s *Sample) Add(l Line) {
 	for _, f := range []struct {
 		on   bool
 		flag recordFlags
-	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}, {l.Pending, pending}} {
+	}{{l.HasConfidence, hasConfidence}, {l.Agree, agrees}, {l.Audit, audited}, {l.Replay, replayed}, {l.Entry.Set, hasEntry}, {l.Pending, pending}, {l.Auto, routedAuto}} {
 		if f.on {
 			r.flags |= f.flag
 		}
 	}
 	// The request id tells a copy; a line without one is told by its
 	// entry (a line exported twice), and one without either by nothing.
-	identity := "r" + l.RequestID
+	var identity [48]byte // "r" and the request id is hashed as it is
+	var entry []byte
 	switch {
 	case l.RequestID != "":
 	case l.Entry.Set:
-		identity = "e" + strconv.FormatUint(l.Entry.Ms, 10) + "-" + strconv.FormatUint(l.Entry.Seq, 10)
+		entry = append(identity[:0], 'e')
+		entry = strconv.AppendUint(entry, l.Entry.Ms, 10)
+		entry = append(entry, '-')
+		entry = strconv.AppendUint(entry, l.Entry.Seq, 10)
 	default:
 		r.flags |= unkeyed
 	}
@@ -175,7 +181,12 @@ func (s *Sample) Add(l Line) {
 			h.SetSeed(seeds[i])
 			h.WriteString(l.Model)
 			h.WriteByte(0)
-			h.WriteString(identity)
+			if entry != nil {
+				h.Write(entry)
+			} else {
+				h.WriteByte('r')
+				h.WriteString(l.RequestID)
+			}
 			h.WriteByte(0)
 			h.WriteString(l.Question)
 			r.key[i] = h.Sum64()
@@ -187,45 +198,54 @@ func (s *Sample) Add(l Line) {
 
 // dedupe drops the duplicate lines: of the lines with one key, the first
 // by entry id is kept, and of that entry's lines the one labelled last.
-// The records stay in input order.
+// The records are left in input order. One pass with a map from each key to
+// the line kept so far: the least under dedupeOrder, a total order (the
+// index breaks ties), so the line kept does not depend on the order the
+// lines are met in.
 func (s *Sample) dedupe() {
 	if s.deduped {
 		return
 	}
 	s.deduped = true
-	order := func(a, b compactLine) int {
-		return cmp.Or(
-			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq),
-			cmp.Compare(b.labelled, a.labelled), // the latest label first
-			cmp.Compare(b.index, a.index))       // then the later line
+	byIndex := func(a, b compactLine) int { return cmp.Compare(a.index, b.index) }
+	if !slices.IsSortedFunc(s.records, byIndex) { // a sample calibrated before, then added to
+		slices.SortFunc(s.records, byIndex)
 	}
-	slices.SortFunc(s.records, func(a, b compactLine) int {
-		// Unkeyed records sort last, apart, in input order.
-		ua, ub := a.is(unkeyed), b.is(unkeyed)
-		if ua || ub {
-			if ua && ub {
-				return cmp.Compare(a.index, b.index)
-			}
-			if ua {
-				return 1
-			}
-			return -1
+	kept := make(map[[2]uint64]uint32, len(s.records))
+	drop := make([]bool, len(s.records))
+	for i := range s.records {
+		r := &s.records[i]
+		if r.is(unkeyed) {
+			continue // never a duplicate of anything
 		}
-		return cmp.Or(cmp.Compare(a.key[0], b.key[0]), cmp.Compare(a.key[1], b.key[1]), order(a, b))
-	})
-	kept := s.records[:0]
-	var prev [2]uint64
+		j, ok := kept[r.key]
+		switch {
+		case !ok:
+			kept[r.key] = uint32(i)
+		case dedupeOrder(r, &s.records[j]) < 0:
+			drop[j] = true
+			kept[r.key] = uint32(i)
+		default:
+			drop[i] = true
+		}
+	}
+	out := s.records[:0]
 	for i, r := range s.records {
-		if i > 0 && !r.is(unkeyed) && r.key == prev {
+		if drop[i] {
 			s.duplicates++
 			continue
 		}
-		prev = r.key
-		kept = append(kept, r)
+		r.index = uint32(len(out))
+		out = append(out, r)
 	}
-	s.records = kept
-	slices.SortFunc(s.records, func(a, b compactLine) int { return cmp.Compare(a.index, b.index) })
-	for i := range s.records {
-		s.records[i].index = uint32(i)
-	}
+	s.records = out
+}
+
+// dedupeOrder orders the lines of one key, the one kept first: the first
+// entry, then the latest label, then the later line.
+func dedupeOrder(a, b *compactLine) int {
+	return cmp.Or(
+		cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq),
+		cmp.Compare(b.labelled, a.labelled), // the latest label first
+		cmp.Compare(b.index, a.index))       // then the later line
 }

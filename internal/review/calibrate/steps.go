@@ -21,16 +21,27 @@ func (s *Sample) Calibrate(opts Options) (Result, error) {
 	}
 	method := opts.method()
 	s.dedupe()
-	res := Result{Target: opts.Target, Delta: opts.Delta, Method: method, Duplicates: s.duplicates}
+	res := Result{Target: opts.Target, Delta: opts.Delta, Method: method, Duplicates: s.duplicates, Since: opts.Since}
+	before := s.keepSince(opts.Since)
+	defer func() { s.records = append(s.records, before...) }()
+	if opts.Since.Set {
+		res.Notes = append(res.Notes, sinceNote(opts.Since, before))
+	}
 	if err := s.checkLines(&res, method); err != nil {
 		return Result{}, err
 	}
 	s.markComplete(opts.asOf(), opts.CorrectWithin.Nanoseconds())
 	gs := s.groups(opts, &res)
+	deltas := s.familyDeltas(gs, opts) // before sortRecords: in entry order
+	res.Family = opts.Family
 	ranges := gs.sortRecords(s)
 	for g, k := range gs.keys {
-		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], opts, method))
+		o := opts
+		o.Delta = deltas[g]
+		res.Groups = append(res.Groups, s.walkGroup(k, s.records[ranges[g].lo:ranges[g].hi], o, method))
+		res.Groups[len(res.Groups)-1].Delta = deltas[g]
 	}
+	s.markInForce(res.Groups, gs, ranges, before)
 	slices.SortFunc(res.Groups, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(a.Model, b.Model), compareTypes(a.Type, b.Type), cmp.Compare(a.Question, b.Question), cmp.Compare(a.Org, b.Org))
 	})
@@ -64,9 +75,9 @@ var prefixOff bool
 // stored after asOf, which did not exist then), or whose newest label is
 // less than window old. An entry is all its lines, of whatever group.
 func (s *Sample) markComplete(asOf, window int64) {
-	slices.SortFunc(s.records, func(a, b compactLine) int {
-		return cmp.Or(cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq), cmp.Compare(a.index, b.index))
-	})
+	if !slices.IsSortedFunc(s.records, entryOrder) {
+		slices.SortFunc(s.records, entryOrder)
+	}
 	for _, sp := range (groupView{records: s.records}).spans() {
 		lo, hi := sp.lo, sp.hi
 		complete := true
@@ -235,10 +246,13 @@ func (s *Sample) orgGroups(gs *grouping, minLabels int) {
 // sortRecords puts the audited records by group, then entry order, the
 // others last, and returns each group's range.
 func (gs *grouping) sortRecords(s *Sample) []span {
-	slices.SortFunc(s.records, func(a, b compactLine) int {
-		return cmp.Or(cmp.Compare(gs.of(&a), gs.of(&b)),
-			cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq), cmp.Compare(a.index, b.index))
-	})
+	if slices.IsSortedFunc(s.records, entryOrder) {
+		gs.bucketRecords(s) // in entry order already (markComplete's): a stable pass by group
+	} else {
+		slices.SortFunc(s.records, func(a, b compactLine) int {
+			return cmp.Or(cmp.Compare(gs.of(&a), gs.of(&b)), entryOrder(a, b))
+		})
+	}
 	ranges := make([]span, len(gs.keys)) // a group with no records (an empty type group) keeps {0, 0}
 	for lo := 0; lo < len(s.records); {
 		g := gs.of(&s.records[lo])
@@ -253,6 +267,41 @@ func (gs *grouping) sortRecords(s *Sample) []span {
 		lo = hi
 	}
 	return ranges
+}
+
+// bucketRecords orders records already in entry order by group, each
+// group's in the order they were: a counting sort on each record's group,
+// found once, and the permutation applied in place. The same order as
+// sorting by group then entry order, without a comparison per pair.
+func (gs *grouping) bucketRecords(s *Sample) {
+	starts := make([]int, len(gs.keys)+2) // by group, with one for the records of none
+	of := make([]int32, len(s.records))
+	for i := range s.records {
+		g := gs.of(&s.records[i])
+		of[i] = int32(g)
+		starts[g+1]++
+	}
+	for g := 1; g < len(starts); g++ {
+		starts[g] += starts[g-1]
+	}
+	dest := of // each record's place, written over its group
+	for i, g := range of {
+		dest[i] = int32(starts[g])
+		starts[g]++
+	}
+	for i := range dest {
+		for int(dest[i]) != i {
+			j := dest[i]
+			s.records[i], s.records[j] = s.records[j], s.records[i]
+			dest[i], dest[j] = dest[j], dest[i]
+		}
+	}
+}
+
+// entryOrder orders records as the stream does, the input's order among
+// the lines of one entry.
+func entryOrder(a, b compactLine) int {
+	return cmp.Or(cmp.Compare(a.entryMs, b.entryMs), cmp.Compare(a.entrySeq, b.entrySeq), cmp.Compare(a.index, b.index))
 }
 
 // walkGroup walks one group's complete prefix under the method. records
@@ -297,6 +346,7 @@ func (s *Sample) walkGroup(k groupKey, records []compactLine, opts Options, meth
 		walked.lines = append(walked.lines, r.line)
 	}
 	walked.Waiting = len(walked.lines) - len(prefix)
+	walked.Bins = s.binsOf(records, method == MethodWeighted)
 	return walked
 }
 

@@ -71,6 +71,21 @@ type Certificate struct {
 	AsOf          string `json:"as_of,omitempty"`
 	CorrectWithin string `json:"correct_within,omitempty"`
 	MaxQuestions  int    `json:"max_questions,omitempty"`
+	// Since is the first entry id the evidence was taken from (`calibrate
+	// --since`), so that verify leaves out the same entries; absent when
+	// every entry counted.
+	Since string `json:"since,omitempty"`
+	// Family is true for a threshold of `calibrate --family`: delta
+	// bounds the chance that any threshold of the calibration is wrong,
+	// the group walked at its share of it.
+	Family bool `json:"family,omitempty"`
+	// PlanEntries and PlanCreated are the plan a `uniform` certificate's
+	// one look was fixed by (stored through the review API's /plans
+	// before labelling began): the number of entries the look took, and
+	// when the plan was stored. verify refuses a uniform certificate
+	// without them, or whose plan the review API does not hold as is.
+	PlanEntries int    `json:"plan_entries,omitempty"`
+	PlanCreated string `json:"plan_created,omitempty"`
 }
 
 // IDLen is the number of hex digits of a certificate id.

@@ -12,6 +12,12 @@ import (
 // observation it makes are written by one script):
 //
 //	<prefix>review:{<stream>}:guarantee   hash: group -> State (Encode's form)
+//	<prefix>review:{<stream>}:guarantee:raised_at
+//	                                      hash: group in alarm -> when raised (Unix ms)
+//	<prefix>review:{<stream>}:guarantee:reset_at
+//	                                      hash: group -> its last reset (Unix ms)
+//	<prefix>review:{<stream>}:guarantee:refused
+//	                                      hash: group -> entries refused (max_questions)
 //	<prefix>review:{<stream>}:alarms      set: the groups in alarm
 //	<prefix>review:{<stream>}:resets      hash: group -> token of its last reset
 //	<prefix>review:{<stream>}:pending     sorted set, all scores 0: the entries
@@ -21,10 +27,18 @@ import (
 //	<prefix>review:{<stream>}:taken       set: the entries already observed
 //	<prefix>review:{<stream>}:seen        set: the (model, request id, question)
 //	                                      triples already counted
+//	<prefix>review:{<stream>}:guarantee:refused  hash: group -> entries refused
+//	                                      (more questions than max_questions)
+//	<prefix>review:{<stream>}:taken:obs   hash: taken entry -> what it was observed
+//	                                      with, for late corrections (correct.go)
 //
 // where a group is written "<type>:<model>", or under `by org`
-// "<type>@<org, query-escaped>:<model>" (a type never holds ':' or '@', an
-// escaped org never ':'; a model may hold anything). The gateway knows its
+// "<type>@<org, query-escaped>:<model>", and an escalated group (the second
+// answers of questions an `escalate` block asked again) with
+// "^<first version, query-escaped>" after the type and org:
+// "<type>^<first>:<model>", "<type>@<org>^<first>:<model>" (a type never
+// holds ':', '@' or '^', an escaped org or version never ':' or '^'; a
+// model may hold anything). The gateway knows its
 // key_prefix and its queue's stream, so it reads the alarm set and the
 // reset tokens under the same names, on a timer.
 
@@ -44,21 +58,31 @@ func ResetKey(prefix, stream string) string { return Base(prefix, stream) + "res
 func Base(prefix, stream string) string { return prefix + "review:{" + stream + "}:" }
 
 // Group is a (model, question type) pair, or under `by org` a (model,
-// type, org) triple.
+// type, org) triple; the second answers of escalated questions form groups
+// of their own, apart from the same version's answers to the questions it
+// was asked first.
 type Group struct {
 	Model, Type string
 	// Org is the organization of a per-org group ("" for requests without
 	// one); ByOrg tells a per-org group from a pooled one.
 	Org   string
 	ByOrg bool
+	// EscalatedFrom is, for an escalated group, the first version whose
+	// questions an `escalate` block asked Model again; "" for the group of
+	// a version's own answers.
+	EscalatedFrom string
 }
 
 // Member is g as the state hash and the alarm set name it.
 func (g Group) Member() string {
+	head := g.Type
 	if g.ByOrg {
-		return g.Type + "@" + url.QueryEscape(g.Org) + ":" + g.Model
+		head += "@" + url.QueryEscape(g.Org)
 	}
-	return g.Type + ":" + g.Model
+	if g.EscalatedFrom != "" {
+		head += "^" + url.QueryEscape(g.EscalatedFrom)
+	}
+	return head + ":" + g.Model
 }
 
 // ParseMember reads a Member; ok is false when m is not one.
@@ -67,8 +91,16 @@ func ParseMember(m string) (Group, bool) {
 	if !ok {
 		return Group{}, false
 	}
+	head, from, escalated := strings.Cut(head, "^")
 	typ, org, byOrg := strings.Cut(head, "@")
 	g := Group{Model: model, Type: typ, ByOrg: byOrg}
+	if escalated {
+		f, err := url.QueryUnescape(from)
+		if err != nil || f == "" {
+			return Group{}, false
+		}
+		g.EscalatedFrom = f
+	}
 	if byOrg {
 		o, err := url.QueryUnescape(org)
 		if err != nil {

@@ -32,7 +32,10 @@ type Ledger struct {
 	pending map[string]*pendingEntry
 	taken   map[string]bool
 	seen    map[string]bool
-	order   []string // Take's buffer
+	// kept: a taken entry's observations, for late corrections
+	// (ledger_correct_test.go).
+	kept  map[string]*keptEntry
+	order []string // Take's buffer
 }
 
 type pendingEntry struct {
@@ -64,7 +67,7 @@ type Taken struct {
 // NewLedger returns an empty ledger for the monitor p.
 func NewLedger(p Params) *Ledger {
 	return &Ledger{Params: p, States: map[string]State{}, Alarms: map[string]bool{},
-		pending: map[string]*pendingEntry{}, taken: map[string]bool{}, seen: map[string]bool{}}
+		pending: map[string]*pendingEntry{}, taken: map[string]bool{}, seen: map[string]bool{}, kept: map[string]*keptEntry{}}
 }
 
 // Note records the current label of a question of entry (an id whose byte
@@ -155,6 +158,7 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 			if q.Agree {
 				counts[i].agree++
 			}
+			counts[i].questions = append(counts[i].questions, q)
 		}
 		slices.SortFunc(counts, func(a, b groupCount) int { return strings.Compare(a.member, b.member) })
 		for _, c := range counts {
@@ -165,7 +169,9 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 				l.Refused[c.member]++
 				continue
 			}
+			bet := l.state(c.member).At(l.Params).Bet
 			s, raised := Update(l.Params, l.state(c.member), c.agree, c.labels)
+			l.keep(e, c, bet, s.Sequence)
 			l.States[c.member] = s
 			if raised {
 				l.Alarms[c.member] = true
@@ -180,6 +186,7 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 type groupCount struct {
 	member        string
 	agree, labels int64
+	questions     []QuestionLabel // the questions counted
 }
 
 // state is a group's stored state, or the fresh one (in alarm when the

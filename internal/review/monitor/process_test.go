@@ -139,10 +139,22 @@ func TestEncodeDecode(t *testing.T) {
 	if err := (Params{Target: 0.9, Alpha: math.NaN()}).Validate(); err == nil {
 		t.Error("alpha NaN accepted")
 	}
-	for _, g := range []Group{{Model: "a:b/c", Type: "noul"}, {Model: "a:b@c", Type: "choice", Org: "acme:x@y z", ByOrg: true}, {Model: "m", Type: "score", ByOrg: true}} {
+	groups := []Group{{Model: "a:b/c", Type: "noul"}, {Model: "a:b@c", Type: "choice", Org: "acme:x@y z", ByOrg: true}, {Model: "m", Type: "score", ByOrg: true},
+		{Model: "e:2^x", Type: "noul", EscalatedFrom: "m:1^@y"}, {Model: "e", Type: "choice", Org: "a^b:c", ByOrg: true, EscalatedFrom: "m"}}
+	members := map[string]bool{}
+	for _, g := range groups {
 		if back, ok := ParseMember(g.Member()); !ok || back != g {
 			t.Errorf("member round trip %q: %+v", g.Member(), back)
 		}
+		members[g.Member()] = true
+	}
+	// An escalated group and the same version's own answers are apart.
+	own := Group{Model: "e", Type: "choice", Org: "a^b:c", ByOrg: true}
+	if members[own.Member()] || own.Member() == groups[4].Member() {
+		t.Errorf("the escalated group %q and the version's own %q are not apart", groups[4].Member(), own.Member())
+	}
+	if _, ok := ParseMember("noul^:m"); ok {
+		t.Error("an escalated member without its first version accepted")
 	}
 }
 

@@ -32,15 +32,37 @@ func TestLuaMatchesLedger(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := context.Background()
 	members := []string{"noul:m:1", "choice:m:1", "noul@acme:m:1", "score:other"}
+	applied := 0 // late corrections that moved a group, over the cases
 	for c, params := range []Params{{0.9, 0.05, 0}, {0.95, 0.05, 3}, {0.8, 0.01, 0}, {0.999, 0.2, 2}, {0.123456789, 0.0333, 4}} {
 		rng := rand.New(rand.NewPCG(5, uint64(c)))
 		keys := LuaKeys(fmt.Sprintf("case%d:", c))
 		args := LuaArgs(params)
 		ledger := NewLedger(params)
 		p := params.Target * (0.5 + 0.5*rng.Float64())
-		now, alarms, resets := int64(0), 0, 0
+		now, alarms, resets, corrections := int64(0), 0, 0, 0
 		for step := range 3000 {
 			switch op := rng.IntN(40); {
+			case op < 6: // a label after the window: a late correction
+				entry := fmt.Sprintf("%08d", rng.IntN(step/3+1))
+				q := QuestionLabel{Question: fmt.Sprint("q", rng.IntN(4)), Agree: rng.IntN(4) == 0}
+				var want []string
+				for _, tk := range ledger.Correct(entry, q) {
+					want = append(want, tk.Member, tk.State.Encode(), map[bool]string{true: "1", false: "0"}[tk.Raised])
+					if tk.Raised {
+						alarms++
+					}
+				}
+				agree := map[bool]string{true: "1", false: "0"}[q.Agree]
+				out, err := correctScript.Run(ctx, client, keys, entry, args[0], args[1], q.Question, agree).StringSlice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(out, want) {
+					t.Fatalf("params %+v, step %d: correction of %s %s\nLua %q\nGo  %q", params, step, entry, q.Question, out, want)
+				}
+				if len(want) > 0 {
+					corrections++
+				}
 			case op < 28: // a label
 				entry := fmt.Sprintf("%08d", rng.IntN(step/3+1))
 				rid := fmt.Sprint("r", rng.IntN(step/2+1))
@@ -124,7 +146,11 @@ func TestLuaMatchesLedger(t *testing.T) {
 		if int(pending) != ledger.Pending() {
 			t.Fatalf("params %+v: pending Lua %d, Go %d", params, pending, ledger.Pending())
 		}
-		t.Logf("params %+v: equal over 3,000 operations (%d alarms raised, %d resets, %d pending)", params, alarms, resets, pending)
+		applied += corrections
+		t.Logf("params %+v: equal over 3,000 operations (%d alarms raised, %d resets, %d late corrections applied, %d pending)", params, alarms, resets, corrections, pending)
+	}
+	if applied < 10 {
+		t.Fatalf("%d late corrections moved a group: too few to test them", applied)
 	}
 	// Lua's fresh state is Go's.
 	fresh := redis.NewScript(Library + `return guarantee_fresh(tonumber(ARGV[1]))`)

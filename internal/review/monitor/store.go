@@ -78,18 +78,27 @@ func (s *Store) Take(ctx context.Context, now time.Time, p Params, window time.D
 		if len(out) == 0 {
 			return updates, fmt.Errorf("take: empty answer")
 		}
-		for i := 1; i+2 < len(out); i += 3 {
-			g, ok := ParseMember(out[i])
-			st, err := Decode(out[i+1])
-			if !ok || err != nil {
-				return updates, fmt.Errorf("guarantee state of %q: %v", out[i], err)
-			}
-			updates = append(updates, Observed{Group: g, State: st, Raised: out[i+2] == "1"})
+		if updates, err = appendObserved(updates, out[1:]); err != nil {
+			return updates, err
 		}
 		if n, _ := strconv.Atoi(out[0]); n < takeBatch {
 			return updates, nil
 		}
 	}
+}
+
+// appendObserved appends the groups a script answered, as triples:
+// member, state, raised (1|0).
+func appendObserved(updates []Observed, out []string) ([]Observed, error) {
+	for i := 0; i+2 < len(out); i += 3 {
+		g, ok := ParseMember(out[i])
+		st, err := Decode(out[i+1])
+		if !ok || err != nil {
+			return updates, fmt.Errorf("guarantee state of %q: %v", out[i], err)
+		}
+		updates = append(updates, Observed{Group: g, State: st, Raised: out[i+2] == "1"})
+	}
+	return updates, nil
 }
 
 func anys(ss []string) []any {
@@ -105,34 +114,13 @@ func anys(ss []string) []any {
 // restored after Redis lost its data) as fresh and in alarm. A state that
 // does not read is left out (it was not written by this version).
 func (s *Store) Groups(ctx context.Context, p Params) (map[Group]State, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var all *redis.MapStringStringCmd
-	var alarms *redis.StringSliceCmd
-	if _, err := s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		keys := s.Keys()
-		all = pipe.HGetAll(ctx, keys[0])
-		alarms = pipe.SMembers(ctx, keys[1])
-		return nil
-	}); err != nil {
+	listed, err := s.List(ctx, p)
+	if err != nil {
 		return nil, err
 	}
-	out := make(map[Group]State, len(all.Val()))
-	for m, v := range all.Val() {
-		g, ok := ParseMember(m)
-		st, err := Decode(v)
-		if ok && err == nil {
-			out[g] = st.At(p)
-		}
-	}
-	for _, m := range alarms.Val() {
-		if g, ok := ParseMember(m); ok {
-			if _, has := out[g]; !has {
-				st := Fresh(p.Target)
-				st.Alarm = true
-				out[g] = st
-			}
-		}
+	out := make(map[Group]State, len(listed))
+	for g, l := range listed {
+		out[g] = l.State
 	}
 	return out, nil
 }

@@ -42,7 +42,8 @@ type Entry struct {
 }
 
 // Question is one element of an entry's `questions`: a JSON array of
-// {"id","type","route","confidence","answer"}.
+// {"id","type","route","confidence","answer"}, with "reason" and
+// "escalated" where they apply.
 type Question struct {
 	ID    string `json:"id"`
 	Type  string `json:"type"`
@@ -52,6 +53,12 @@ type Question struct {
 	// Answer is the noul probability or score (a number) or the choice
 	// key (a string); nil (null) when unread.
 	Answer json.RawMessage `json:"answer"`
+	// Reason is why the question's first answer routed it as it did (the
+	// gateway's X-Route-Reason values for one question: confident,
+	// low_confidence, no_threshold, ...), before any escalation: an
+	// escalated question keeps the reason it was asked again for. ""
+	// in entries written before the gateway recorded it.
+	Reason string `json:"reason,omitempty"`
 	// Escalated is the second answer of a question an `escalate` block
 	// asked again; absent for any other.
 	Escalated *Escalated `json:"escalated,omitempty"`

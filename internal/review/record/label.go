@@ -59,6 +59,15 @@ type Label struct {
 	Reviewer string `json:"reviewer"`
 	// TS is when the label was stored, RFC 3339 in UTC.
 	TS string `json:"ts"`
+	// Stage is StageFirst on the line of an answer the request's own
+	// version gave, StageSecond on the line of an escalated question's
+	// second answer (its own line, beside the first's); 0 is read and
+	// written as StageFirst.
+	Stage int `json:"stage"`
+	// EscalatedFrom is, on a StageSecond line, the first version: the one
+	// whose answer the `escalate` block asked again. "" on a StageFirst
+	// line.
+	EscalatedFrom string `json:"escalated_from,omitempty"`
 	// Pass is true on the lines of an entry a reviewer passed (could not
 	// judge): such a line has no label, its agree is written null, and
 	// the calibration and the monitor take it as a disagreement.
@@ -69,13 +78,25 @@ type Label struct {
 	Pending bool `json:"-"`
 }
 
+// The stages of a `/labels` line (Label.Stage).
+const (
+	// StageFirst: the answer of the version the request was answered by.
+	StageFirst = 1
+	// StageSecond: an escalated question's second answer, by the
+	// `escalate` block's second version.
+	StageSecond = 2
+)
+
 // Marshal writes l as one compact JSON line, without the newline; agree
-// is null on a pending or passed line.
+// is null on a pending or passed line, stage 1 when l's is 0.
 func (l *Label) Marshal() ([]byte, error) {
-	if !l.Pending && !l.Pass {
-		return json.Marshal(l)
-	}
 	c := *l
+	if c.Stage == 0 {
+		c.Stage = StageFirst
+	}
+	if !l.Pending && !l.Pass {
+		return json.Marshal((*labelJSON)(&c))
+	}
 	c.Label = nil
 	return json.Marshal(struct {
 		*labelJSON
@@ -110,6 +131,8 @@ type labelWire struct {
 	Reviewer   *string         `json:"reviewer"`
 	TS         *string         `json:"ts"`
 	Pass       *bool           `json:"pass"`
+	Stage      *int            `json:"stage"`
+	Escalated  *string         `json:"escalated_from"`
 }
 
 // ParseLabel reads one `/labels` line, as written by the review API, by
@@ -118,8 +141,10 @@ type labelWire struct {
 // `"pass": true`, and on the line of a question not labelled yet, which
 // has a null label too: Pending), of their JSON kinds; confidence
 // and the audit fields, when present, are numbers from 0 to 1; entry, when
-// present, is a stream entry id. The other fields may be absent (they read
-// as ""), and fields the format does not name are ignored. The error says
+// present, is a stream entry id; stage, when present, is 1 or 2 (absent:
+// 1), and a stage 2 line names its first version in escalated_from. The
+// other fields may be absent (they read as ""), and fields the format does
+// not name are ignored. The error says
 // which field is wrong and how, quoting the value.
 func ParseLabel(raw []byte) (Label, error) {
 	var w labelWire
@@ -151,7 +176,38 @@ func ParseLabel(raw []byte) (Label, error) {
 	if err := checkEntry(l.Entry, w.Entry != nil); err != nil {
 		return Label{}, err
 	}
+	if w.Stage != nil {
+		if *w.Stage == 0 {
+			return parseLabelStrict(raw) // says so
+		}
+		l.Stage = *w.Stage
+	}
+	if w.Escalated != nil {
+		l.EscalatedFrom = *w.Escalated
+	}
+	if err := l.checkStage(); err != nil {
+		return Label{}, err
+	}
 	return l, nil
+}
+
+// checkStage defaults an absent stage to StageFirst (lines written before
+// stages existed) and checks that a line is of stage 1, or of stage 2
+// with the first version named.
+func (l *Label) checkStage() error {
+	switch {
+	case l.Stage == 0:
+		l.Stage = StageFirst
+	case l.Stage != StageFirst && l.Stage != StageSecond:
+		return fmt.Errorf("\"stage\" is %d, want 1 or 2", l.Stage)
+	}
+	switch {
+	case l.Stage == StageSecond && l.EscalatedFrom == "":
+		return errors.New("\"stage\" is 2 but \"escalated_from\" is missing: want the first version of the escalated question")
+	case l.Stage == StageFirst && l.EscalatedFrom != "":
+		return fmt.Errorf("\"escalated_from\" is %q on a line of stage 1: want it on stage 2 lines only", l.EscalatedFrom)
+	}
+	return nil
 }
 
 const wantEntry = "want a stream entry id such as 1764000000000-0"
@@ -260,6 +316,19 @@ func parseLabelStrict(raw []byte) (Label, error) {
 		}
 	}
 	l.Answer, l.Label = fields["answer"], fields["label"]
+	if v, ok := fields["stage"]; ok && !bytes.Equal(v, []byte("null")) {
+		if json.Unmarshal(v, &l.Stage) != nil || l.Stage == 0 {
+			return Label{}, fmt.Errorf("\"stage\" is %s, want 1 or 2", abbreviate(v))
+		}
+	}
+	if v, ok := fields["escalated_from"]; ok && !bytes.Equal(v, []byte("null")) {
+		if json.Unmarshal(v, &l.EscalatedFrom) != nil {
+			return Label{}, fmt.Errorf("\"escalated_from\" is %s, want a version name", abbreviate(v))
+		}
+	}
+	if err := l.checkStage(); err != nil {
+		return Label{}, err
+	}
 	return l, nil
 }
 

@@ -22,7 +22,7 @@ const APIKeyEnv = "SYSTEMONE_API_KEY"
 func Command() caddycmd.Command {
 	return caddycmd.Command{
 		Name:  "replay",
-		Usage: "--review <url> --upstream <base_url> --model <version> [--concurrency <n>] [--price <yuan>] [--out <file>] [--limit <n>] [--dry-run]",
+		Usage: "--review <url> --upstream <base_url> --model <version> [--concurrency <n>] [--price <yuan>] [--out <file>] [--escalate <first version>] [--limit <n>] [--dry-run]",
 		Short: "Re-asks the labelled requests to a new model version, for calibrate",
 		Long: `
 Calibrates a new model version before it serves, from the labels already
@@ -62,7 +62,19 @@ stored request; cost at --price yuan per million input tokens). On a
 terminal, a progress line above it counts the entries as they go. The
 exit status is 1 when any entry failed, 2 for a wrong command line.
 
---limit <n> replays at most the first n labelled entries of /labels.
+--escalate <first version> writes the lines an "escalate <first version>
+to <--model> { ... }" block is calibrated from: of each entry answered by
+the first version, only the labelled questions its answer routed human for
+low confidence (as the stored entry records it) are asked of --model, in
+one request per entry holding those questions only, as the gateway's
+escalation asks them. Each is written as an escalated question's second
+answer: "stage" 2, "escalated_from" the first version, model, confidence,
+answer and agree the new answer's, route "replay" (or, failed, the
+disagreement above, stage 2 too). Entries with no such question are not
+asked and not counted.
+
+--limit <n> replays at most the first n labelled entries of /labels (with
+--escalate, of those holding a question to ask again).
 --dry-run sends nothing: it writes one line per entry that would be
 replayed, "entry <id> questions <n> tokens <estimate>" (the gateway's own
 estimate of the stored request's input tokens), and ends with the
@@ -84,6 +96,7 @@ func setUp(cmd *cobra.Command) {
 	fl.String("out", "", "write the lines to this file instead of standard output")
 	fl.Int("limit", 0, "replay at most the first n labelled entries of /labels (0: all)")
 	fl.Bool("dry-run", false, "send nothing: list the entries that would be replayed, with estimated tokens and cost")
+	fl.String("escalate", "", "the first version of an escalate block: ask --model only the questions it routed human for low confidence, written as stage 2 lines")
 	cmd.Args = cobra.NoArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return run(cmd, os.Getenv(APIKeyEnv), sleep)
@@ -103,6 +116,7 @@ func run(cmd *cobra.Command, apiKey string, wait func(context.Context, time.Dura
 	opts.Price, _ = fl.GetFloat64("price")
 	opts.Limit, _ = fl.GetInt("limit")
 	opts.DryRun, _ = fl.GetBool("dry-run")
+	opts.Escalate, _ = fl.GetString("escalate")
 	outPath, _ := fl.GetString("out")
 	if opts.Concurrency < 1 {
 		return cli.Usagef("--concurrency %d is less than 1", opts.Concurrency)

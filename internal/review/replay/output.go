@@ -10,10 +10,10 @@ import (
 	"github.com/systemone/systemone-gateway/internal/review/record"
 )
 
-// maxPending bounds the failed entries held back while no entry has
-// answered yet (their lines wait for the version's concrete name): past
-// it they are written under --model as given, so that memory stays flat
-// when the upstream answers nothing at all.
+// maxPending bounds the entries held back while no entry has answered
+// yet (their lines wait for the version's concrete name): past it they
+// are written under --model as given, so that memory stays flat when the
+// upstream answers nothing at all.
 const maxPending = 100
 
 // failedFields are the members a failed entry's lines get, in the order a
@@ -35,58 +35,78 @@ var failedValues = map[string]json.RawMessage{
 }
 
 // output writes a replay's lines in `/labels` order, the lines of the
-// entries that failed among them. A failed entry is written under the
-// concrete version the other entries were answered by (--model may be an
-// alias such as service-preview, and a failure filed under the alias
-// would fall out of the version's group): failed entries wait in pending
-// until the first answer names the version, or until maxPending of them
-// wait.
+// entries that failed and the carried lines (questions not labelled yet,
+// passed entries) among them. Those are written under the concrete
+// version the other entries were answered by (--model may be an alias
+// such as service-preview, and a line filed under the alias would fall
+// out of the version's group): they wait in held until the first answer
+// names the version, or until maxPending entries wait.
 type output struct {
 	out io.Writer
 	log io.Writer
 	// requested is --model; model the concrete version, once known.
 	requested, model string
-	pending          []labelled
+	// extra are the fields every line written gets too (--escalate's).
+	extra *lineFields
+	held  []heldEntry
 	// err is the first write error; nothing is written after it.
 	err error
 }
 
+// heldEntry is an entry whose lines wait for the version's name.
+type heldEntry struct {
+	e      labelled
+	failed bool
+}
+
 // answered notes the concrete version of an answer: the first one names
-// the version the failed entries are written under.
+// the version the held entries are written under.
 func (o *output) answered(model string) {
 	if o.model == "" && model != "" {
 		o.flush(model)
 	}
 }
 
-// failed writes, or holds back, the lines of an entry that failed.
-func (o *output) failed(e labelled) {
+// hold writes, or holds back until the version is known, the lines of e
+// that are not replayed answers: each labelled question as a
+// disagreement when the entry failed, and its carried lines.
+func (o *output) hold(e labelled, failed bool) {
 	if e.tooLarge {
 		fmt.Fprintf(o.log, "entry %s: its lines were too large to keep, so none is written for it\n", e.entry)
 		return
 	}
+	if !failed && len(e.carried) == 0 {
+		return
+	}
 	if o.model == "" {
-		o.pending = append(o.pending, e)
-		if len(o.pending) < maxPending {
+		o.held = append(o.held, heldEntry{e, failed})
+		if len(o.held) < maxPending {
 			return
 		}
-		fmt.Fprintf(o.log, "note: the first %d entries failed: their lines are written under --model %s as given (if it is an alias, give the concrete version)\n", maxPending, o.requested)
+		fmt.Fprintf(o.log, "note: the first %d entries were not answered: their lines are written under --model %s as given (if it is an alias, give the concrete version)\n", maxPending, o.requested)
 		o.flush(o.requested)
 		return
 	}
-	o.write(failedLines(e, o.model))
+	o.writeHeld(heldEntry{e, failed})
 }
 
-// flush sets the version failed entries are written under, if not yet
-// set, and writes the ones held back.
+// flush sets the version held entries are written under, if not yet
+// set, and writes them.
 func (o *output) flush(model string) {
 	if o.model == "" {
 		o.model = model
 	}
-	for _, e := range o.pending {
-		o.write(failedLines(e, o.model))
+	for _, h := range o.held {
+		o.writeHeld(h)
 	}
-	o.pending = nil
+	o.held = nil
+}
+
+func (o *output) writeHeld(h heldEntry) {
+	if h.failed {
+		o.write(failedLines(h.e, o.model, o.extra))
+	}
+	o.write(carriedLines(h.e, o.model, o.extra))
 }
 
 func (o *output) write(lines [][]byte) {
@@ -99,8 +119,8 @@ func (o *output) write(lines [][]byte) {
 
 // failedLines are a failed entry's lines as `calibrate` is to read them:
 // each labelled question a disagreement of model at confidence 1, route
-// RouteReplayFailed, every other field as it was.
-func failedLines(e labelled, model string) [][]byte {
+// RouteReplayFailed, with extra's fields, every other field as it was.
+func failedLines(e labelled, model string, extra *lineFields) [][]byte {
 	set := make(map[string]json.RawMessage, len(failedValues)+1)
 	for k, v := range failedValues {
 		set[k] = v
@@ -108,7 +128,48 @@ func failedLines(e labelled, model string) [][]byte {
 	set["model"], _ = json.Marshal(model)
 	lines := make([][]byte, 0, len(e.lines))
 	for _, l := range e.lines {
-		out, err := rewriteLine(l.raw, failedFields, set)
+		out, err := extra.rewrite(l.raw, failedFields, set)
+		if err != nil {
+			continue // ParseLabel read it as an object: unreachable
+		}
+		lines = append(lines, out)
+	}
+	return lines
+}
+
+// passValues: a passed entry's question, carried under the new version,
+// is a disagreement at confidence 1 (calibrate reads a pass as a
+// disagreement at its confidence): the new version was not asked, and at
+// confidence 1 it counts against every threshold, so that passing hard
+// entries cannot raise the replayed version's chance of a wrong
+// threshold either.
+var passValues = map[string]json.RawMessage{
+	"confidence": json.RawMessage("1"),
+	"answer":     json.RawMessage("null"),
+	"route":      json.RawMessage(strconv.Quote(record.RouteReplay)),
+}
+
+// carriedFields are the members a carried line gets.
+var carriedFields = []string{"model", "confidence", "answer", "route"}
+
+// carriedLines are an entry's carried lines under model: a question not
+// labelled yet keeps its entry, and every later one, out of the replayed
+// version's complete prefix until it is labelled, as it does the
+// original version's; a passed entry's questions count against every
+// threshold (passValues). extra's fields are set too.
+func carriedLines(e labelled, model string, extra *lineFields) [][]byte {
+	version, _ := json.Marshal(model)
+	lines := make([][]byte, 0, len(e.carried))
+	for _, l := range e.carried {
+		set := map[string]json.RawMessage{"model": version, "route": json.RawMessage(strconv.Quote(record.RouteReplay))}
+		fields := []string{"model", "route"}
+		if l.pass {
+			for k, v := range passValues {
+				set[k] = v
+			}
+			fields = carriedFields
+		}
+		out, err := extra.rewrite(l.raw, fields, set)
 		if err != nil {
 			continue // ParseLabel read it as an object: unreachable
 		}

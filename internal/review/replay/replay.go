@@ -103,6 +103,15 @@ type Options struct {
 	// Progress, when set, is called with the counts so far after each
 	// entry is written, from one goroutine.
 	Progress func(Summary)
+	// Escalate, when set, is the first version of an `escalate` block to
+	// calibrate, Model its second: of each entry answered by Escalate,
+	// only the labelled questions its answer routed human for low
+	// confidence are asked of Model (one call per entry, those questions
+	// only), and their lines are written as an escalated question's
+	// second answer's (stage 2, escalated_from Escalate). Entries with no
+	// such question are not asked (nor counted). "" replays every
+	// labelled question.
+	Escalate string
 }
 
 // Summary counts a replay's entries.
@@ -145,6 +154,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Limit < 0 {
 		return fmt.Errorf("--limit %d is negative", o.Limit)
+	}
+	if o.Escalate != "" && strings.TrimSpace(o.Escalate) == strings.TrimSpace(o.Model) {
+		return fmt.Errorf("--escalate %s is --model: --escalate names the first version, whose unsure answers --model is asked again", o.Escalate)
 	}
 	if o.Concurrency < 0 {
 		return fmt.Errorf("--concurrency %d is negative", o.Concurrency)
@@ -189,7 +201,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 // labelled is one entry's `/labels` lines.
 type labelled struct {
 	entry string
-	lines []line
+	// lines are the labelled questions' lines, replayed; carried the
+	// lines of questions not labelled yet or of a passed entry, written
+	// under the new version as they are (output.go).
+	lines   []line
+	carried []line
 	// tooLarge: the entry's lines exceed maxEntryBytes; they were not
 	// kept, and the entry fails.
 	tooLarge bool
@@ -201,6 +217,10 @@ type line struct {
 	question string
 	typ      string
 	label    json.RawMessage
+	pass     bool // a line of a passed entry (carried)
+	// model, stage and route, for --escalate's choice of lines.
+	model, route string
+	stage        int
 }
 
 // job is one entry on its way through Run: read, replayed by a worker,
@@ -240,7 +260,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 		return Summary{}, err
 	}
 	defer labels.Close()
-	r := &replayer{opts: opts, review: review, client: client.NoRedirect(opts.Client), endpoint: upstream.String()}
+	r := &replayer{opts: opts, review: review, client: client.NoRedirect(opts.Client), endpoint: upstream.String(), extra: escalationFields(opts.Escalate)}
 	// inOrder holds the entries read and not yet written, in /labels
 	// order; its bound is what keeps memory flat.
 	inOrder := make(chan *job, opts.Concurrency)
@@ -259,11 +279,22 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 		defer close(work)
 		taken := 0
 		readErr = readLabels(labels, "GET "+review.Redacted("labels"), func(e labelled) bool {
+			if opts.Escalate != "" {
+				if e = escalationCandidates(e, opts.Escalate); len(e.lines) == 0 && len(e.carried) == 0 && !e.tooLarge {
+					return true // nothing of the first version's to ask again
+				}
+			} else {
+				e = firstStage(e)
+			}
 			j := &job{entry: e, done: make(chan result, 1)}
 			select {
 			case inOrder <- j:
 			case <-ctx.Done():
 				return false
+			}
+			if len(e.lines) == 0 && !e.tooLarge {
+				j.done <- result{carriedOnly: true} // nothing to ask: its lines are carried
+				return true
 			}
 			select {
 			case work <- j:
@@ -277,23 +308,37 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 	}()
 
 	var sum Summary
-	w := &output{out: out, log: opts.Log, requested: opts.Model}
+	w := &output{out: out, log: opts.Log, requested: opts.Model, extra: r.extra}
 	for j := range inOrder {
 		res := <-j.done
 		switch {
+		case res.carriedOnly:
+			if !opts.DryRun {
+				w.hold(j.entry, false)
+			}
 		case res.skipped:
 			sum.Skipped++
+		case res.none:
+			// The stored entry holds no question of the first version's
+			// to ask again: not part of the escalation's sample.
 		case res.err != nil:
 			sum.Failed++
 			fmt.Fprintf(opts.Log, "entry %s: %v\n", j.entry.entry, res.err)
 			if !opts.DryRun {
-				w.failed(j.entry)
+				if res.asked != nil {
+					w.hold(*res.asked, true)
+				} else {
+					w.hold(j.entry, true)
+				}
 			}
 		default:
 			sum.Replayed++
 			sum.Tokens += res.tokens
 			w.answered(res.model)
 			w.write(res.lines)
+			if !opts.DryRun {
+				w.hold(j.entry, false) // its carried lines, if any
+			}
 		}
 		if w.err != nil {
 			cancel() // nowhere to write: stop asking
@@ -313,9 +358,18 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Summary, error) {
 
 // result is one entry's outcome.
 type result struct {
-	skipped bool
-	err     error
-	tokens  int64
+	// carriedOnly: the entry has no labelled question, only carried
+	// lines; it is not replayed.
+	carriedOnly bool
+	skipped     bool
+	// none: with --escalate, the entry's stored questions hold none its
+	// first version routed human for low confidence.
+	none bool
+	err  error
+	// asked, with --escalate, is the entry with the lines of the
+	// questions asked again only, once known: a failure writes those.
+	asked  *labelled
+	tokens int64
 	// model is the concrete version that answered; empty in a dry run.
 	model string
 	lines [][]byte
@@ -327,6 +381,9 @@ type replayer struct {
 	// client is opts.Client, following no redirect.
 	client   *http.Client
 	endpoint string
+	// extra are the fields every line written gets beside the new
+	// answer's: --escalate's stage and escalated_from; nil without.
+	extra *lineFields
 }
 
 // replay sends one entry's stored request and rewrites its lines.
@@ -334,27 +391,37 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 	if e.tooLarge {
 		return result{err: fmt.Errorf("its /labels lines exceed %d bytes", maxEntryBytes)}
 	}
-	request, found, err := storedRequest(ctx, r.review, e.entry)
+	item, found, err := storedItem(ctx, r.review, e.entry)
 	switch {
 	case err != nil:
 		return result{err: err}
 	case !found:
 		return result{skipped: true}
 	}
-	body, err := setModel(request, r.opts.Model)
+	var body []byte
+	var asked *labelled
+	if r.opts.Escalate != "" {
+		if e = item.escalated(e); len(e.lines) == 0 {
+			return result{none: true}
+		}
+		asked = &e
+		body, err = askAgain(item.request, e, r.opts.Model)
+	} else {
+		body, err = setModel(item.request, r.opts.Model)
+	}
 	if err != nil {
-		return result{err: err}
+		return result{err: err, asked: asked}
 	}
 	if r.opts.DryRun {
 		return estimate(e, body)
 	}
 	text, requestID, err := r.send(ctx, body)
 	if err != nil {
-		return result{err: err}
+		return result{err: err, asked: asked}
 	}
 	resp, err := evaluation.ParseResponse(text)
 	if err != nil || resp.Model == "" {
-		return result{err: errors.New("the 200 answer is not an evaluation response")}
+		return result{err: errors.New("the 200 answer is not an evaluation response"), asked: asked}
 	}
 
 	res := result{tokens: resp.InputTokens, model: resp.Model, lines: make([][]byte, len(e.lines))}
@@ -383,12 +450,12 @@ func (r *replayer) replay(ctx context.Context, e labelled) result {
 		if record.Agree(l.typ, l.label, answer) {
 			agree = json.RawMessage("true")
 		}
-		out, err := rewriteLine(l.raw, rewritten, map[string]json.RawMessage{
+		out, err := r.extra.rewrite(l.raw, rewritten, map[string]json.RawMessage{
 			"model": model, "confidence": confidence, "answer": answer, "agree": agree,
 			"route": json.RawMessage(`"replay"`), "request_id": rid,
 		})
 		if err != nil {
-			return result{err: fmt.Errorf("rewriting a line: %v", err)}
+			return result{err: fmt.Errorf("rewriting a line: %v", err), asked: asked}
 		}
 		res.lines[i] = out
 	}

@@ -40,12 +40,13 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 			continue
 		}
 		rec, err := record.ParseLabel(raw)
+		// A question not labelled yet, or of a passed entry, has no label
+		// to score a new answer with, but stays in the sample: carried.
+		carried := rec.Pending || rec.Pass
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s: line %d is not a /labels line: %v", name, num, err)
-		case rec.Pending || rec.Pass:
-			continue // no label to carry over: a question not labelled yet, or a passed entry
-		case rec.Entry == "" || len(rec.Label) == 0:
+		case rec.Entry == "" || len(rec.Label) == 0 && !carried:
 			return fmt.Errorf("%s: line %d is not a /labels line: replay needs its entry and label", name, num)
 		}
 		if rec.Entry != cur.entry || cur.entry == "" {
@@ -60,10 +61,16 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 		}
 		held += len(raw)
 		if held > maxEntryBytes {
-			cur.tooLarge, cur.lines = true, nil // counted as failed, read past
+			cur.tooLarge, cur.lines, cur.carried = true, nil, nil // counted as failed, read past
 			continue
 		}
-		cur.lines = append(cur.lines, line{raw: bytes.Clone(raw), question: rec.Question, typ: rec.Type, label: rec.Label})
+		l := line{raw: bytes.Clone(raw), question: rec.Question, typ: rec.Type, label: rec.Label, pass: rec.Pass,
+			model: rec.Model, route: rec.Route, stage: rec.Stage}
+		if carried {
+			cur.carried = append(cur.carried, l)
+		} else {
+			cur.lines = append(cur.lines, l)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -77,41 +84,53 @@ func readLabels(body io.Reader, name string, emit func(labelled) bool) error {
 	return nil
 }
 
-// storedRequest returns the stored request body of an entry: found is false when
-// the entry has none (stored without include_content, or trimmed from the
-// stream: 404). A body the review API returns as a JSON string (one that
-// was not plain JSON when stored) is that string's text.
-func storedRequest(ctx context.Context, review *client.Client, entry string) (request []byte, found bool, err error) {
+// item is what replay reads of a stored entry: its request body, its
+// reason and its questions' routes and reasons.
+type item struct {
+	request   []byte
+	reason    string
+	questions []record.Question
+}
+
+// storedItem returns the Item of an entry with its stored request body:
+// found is false when the entry has none (stored without include_content,
+// or trimmed from the stream: 404). A body the review API returns as a
+// JSON string (one that was not plain JSON when stored) is that string's
+// text.
+func storedItem(ctx context.Context, review *client.Client, entry string) (it item, found bool, err error) {
 	body, err := review.Open(ctx, client.JSON, "items", entry)
 	if client.IsNotFound(err) {
-		return nil, false, nil
+		return item{}, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return item{}, false, err
 	}
 	defer body.Close()
 	raw, err := io.ReadAll(io.LimitReader(body, maxResponse+1))
 	switch {
 	case err != nil:
-		return nil, false, fmt.Errorf("reading GET items/%s: %v", entry, err)
+		return item{}, false, fmt.Errorf("reading GET items/%s: %v", entry, err)
 	case len(raw) > maxResponse:
-		return nil, false, fmt.Errorf("GET items/%s: answer over %d bytes", entry, maxResponse)
+		return item{}, false, fmt.Errorf("GET items/%s: answer over %d bytes", entry, maxResponse)
 	}
-	var it struct {
-		Request json.RawMessage `json:"request"`
+	var got struct {
+		Request   json.RawMessage   `json:"request"`
+		Reason    string            `json:"reason"`
+		Questions []record.Question `json:"questions"`
 	}
-	if err := json.Unmarshal(raw, &it); err != nil {
-		return nil, false, fmt.Errorf("GET items/%s: not an Item", entry)
+	if err := json.Unmarshal(raw, &got); err != nil {
+		return item{}, false, fmt.Errorf("GET items/%s: not an Item", entry)
 	}
-	if len(it.Request) == 0 || string(it.Request) == "null" {
-		return nil, false, nil
+	if len(got.Request) == 0 || string(got.Request) == "null" {
+		return item{}, false, nil
 	}
-	if it.Request[0] == '"' {
+	it = item{request: got.Request, reason: got.Reason, questions: got.Questions}
+	if got.Request[0] == '"' {
 		var s string
-		if err := json.Unmarshal(it.Request, &s); err != nil {
-			return nil, false, fmt.Errorf("GET items/%s: unreadable request", entry)
+		if err := json.Unmarshal(got.Request, &s); err != nil {
+			return item{}, false, fmt.Errorf("GET items/%s: unreadable request", entry)
 		}
-		return []byte(s), true, nil
+		it.request = []byte(s)
 	}
-	return it.Request, true, nil
+	return it, true, nil
 }

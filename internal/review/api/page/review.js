@@ -26,6 +26,8 @@
 		save: $('save'), skip: $('skip'), pass: $('pass'),
 		target: $('target'), by: $('by'), byNote: $('by-note'), progressStatus: $('progress-status'), groups: $('groups'),
 	};
+	// The guarantee's banner, starting points and diagrams (guarantee.js).
+	const guarantee = window.systemoneGuarantee;
 
 	const state = {
 		item: null,     // the item shown
@@ -258,11 +260,38 @@
 		ui.content.replaceChildren(...parts);
 	}
 
-	// modelAnswer describes the model's answer to q.
-	function modelAnswer(q) {
-		if (q.answer === null || q.answer === undefined) return 'unreadable';
-		if (q.type === 'noul') return q.answer + (q.answer >= 0.5 ? ' (yes)' : ' (no)');
-		return String(q.answer);
+	// modelAnswer describes a model's answer to a question of type type.
+	function modelAnswer(type, answer) {
+		if (answer === null || answer === undefined) return 'unreadable';
+		if (type === 'noul') return answer + (answer >= 0.5 ? ' (yes)' : ' (no)');
+		return String(answer);
+	}
+
+	function confidenceText(c) {
+		return c === null || c === undefined ? 'unreadable' : Number(c).toFixed(2);
+	}
+
+	// answers shows the model's answer to q: for a question an escalate
+	// block asked again, both versions' answers, and which one the client
+	// got (the second when it routed the question auto).
+	function answers(item, q) {
+		const esc = q.escalated;
+		if (!esc || typeof esc !== 'object') {
+			return [el('p', { className: 'answer' },
+				'Model: ', el('strong', null, modelAnswer(q.type, q.answer)), ', confidence ', confidenceText(q.confidence), ', routed ', q.route)];
+		}
+		const secondServed = esc.route === 'auto';
+		const served = () => el('span', { className: 'served' }, ' (the client got this answer)');
+		return [
+			el('p', { className: 'answer escalation-note' }, 'Asked again: the first version\'s answer routed it to a person' +
+				(q.reason ? ' (' + q.reason + ')' : '') + ', so ', esc.model, ' was asked too; the question routed ', q.route, '. Label the question itself: the label is checked against both answers.'),
+			el('p', { className: 'answer first' + (secondServed ? '' : ' got'), dataset: { stage: '1' } },
+				'First version ', el('code', null, item.model), ': ', el('strong', null, modelAnswer(q.type, q.answer)),
+				', confidence ', confidenceText(q.confidence), secondServed ? null : served()),
+			el('p', { className: 'answer second' + (secondServed ? ' got' : ''), dataset: { stage: '2' } },
+				'Second version ', el('code', null, esc.model), ': ', el('strong', null, modelAnswer(q.type, esc.answer)),
+				', confidence ', confidenceText(esc.confidence), ', routed ', esc.route, secondServed ? served() : null),
+		];
 	}
 
 	function renderQuestions() {
@@ -277,10 +306,7 @@
 			article.addEventListener('click', () => { setActive(i); });
 			article.append(el('h3', null, el('span', { className: 'qid' }, q.id), ' ', el('span', { className: 'type' }, q.type)));
 			if (asked && asked.instructions !== undefined) article.append(el('pre', { className: 'instructions' }, text(asked.instructions)));
-			const conf = q.confidence === null || q.confidence === undefined ? 'unreadable' : Number(q.confidence).toFixed(2);
-			article.append(el('p', { className: 'answer' },
-				'Model: ', el('strong', null, modelAnswer(q)), ', confidence ', conf, ', routed ', q.route));
-			article.append(controls(q, i));
+			article.append(...answers(item, q), controls(q, i));
 			return article;
 		});
 		ui.questions.replaceChildren(...nodes);
@@ -449,8 +475,13 @@
 		ui.progressStatus.textContent = 'Loading…';
 		ui.byNote.hidden = by !== 'org';
 		try {
-			const body = await getJSON('progress?target=' + encodeURIComponent(target) + '&by=' + encodeURIComponent(by));
-			if (seq !== progressSeq) return; // a newer target or grouping asked meanwhile
+			// The alarms first: a label just saved may have raised one, and
+			// an alarm's raised_at is the natural starting point.
+			await guarantee.load();
+			const since = guarantee.since();
+			const body = await getJSON('progress?target=' + encodeURIComponent(target) + '&by=' + encodeURIComponent(by) +
+				(since ? '&since=' + encodeURIComponent(since) : ''));
+			if (seq !== progressSeq) return; // a newer target, grouping or starting point asked meanwhile
 			const rows = body.groups.map((g) => {
 				const passed = g.threshold !== null && g.threshold !== undefined;
 				const needed = g.labels_needed === undefined ? '–' : String(g.labels_needed);
@@ -458,6 +489,9 @@
 				// Only per organization does a group have an org: "" there is
 				// the pool of the organizations without a group of their own.
 				const org = by !== 'org' ? '(all)' : (g.org || 'others, pooled');
+				// The threshold in force, in warning colours when the labels
+				// of the window agree less than the target at or above it.
+				const inForce = guarantee.inForce(g, body.target, since);
 				return el('tr', { className: passed ? 'passed' : '', dataset: { model: g.model, type: g.type, question: g.question, org: g.org || '' } },
 					el('td', null, g.model), el('td', null, g.type), el('td', null, g.question || '(all)'),
 					el('td', { className: 'org' }, org),
@@ -466,6 +500,7 @@
 					// tested until enough labels share the top confidences.
 					el('td', null, g.n > 0 ? g.agree + '/' + g.n + ' (' + (100 * g.agree / g.n).toFixed(1) + '%)' : 'too few at the top'),
 					el('td', { className: 'threshold' }, passed ? threshold(g.threshold) : 'none yet'),
+					el('td', { className: 'in-force' + (inForce.warn ? ' warn' : ''), title: inForce.title }, inForce.text),
 					el('td', { className: 'needed' }, needed),
 					el('td', { className: 'expected' }, expected),
 					// How far the complete prefix (the evidence) reaches.
@@ -480,17 +515,21 @@
 			state.waitingOn = waiting[0] || '';
 			ui.groups.tBodies[0].replaceChildren(...rows);
 			ui.groups.hidden = rows.length === 0;
-			ui.progressStatus.textContent = 'Target ' + body.target + ': ' + (rows.length === 0
+			guarantee.draw(body, since);
+			ui.progressStatus.textContent = 'Target ' + body.target + (since ? ', entries from ' + since + ' on' : '') + ': ' + (rows.length === 0
 				? 'no audited labels yet.'
 				: rows.length + ' group(s); ' + body.ignored + ' label(s) of routine entries do not count.');
 			ui.progressStatus.dataset.target = String(body.target);
 			ui.progressStatus.dataset.by = by;
+			ui.progressStatus.dataset.since = since;
 		} catch (e) {
 			if (seq !== progressSeq) return;
 			ui.groups.hidden = true;
+			guarantee.draw({ groups: [] }, '');
 			ui.progressStatus.textContent = 'Progress unavailable: ' + e.message;
 			delete ui.progressStatus.dataset.target;
 			delete ui.progressStatus.dataset.by;
+			delete ui.progressStatus.dataset.since;
 		}
 	}
 
@@ -575,24 +614,25 @@
 		try { localStorage.setItem(targetKey, ui.target.value.trim()); } catch (e) { /* storage off */ }
 		loadProgress();
 	});
+	guarantee.onSinceChange(loadProgress);
 	ui.reviewer.addEventListener('change', () => storeReviewer(ui.reviewer.value.trim()));
 	ui.reload.addEventListener('click', () => { if (!state.busy) load(true); });
 	ui.save.addEventListener('click', save);
 	ui.skip.addEventListener('click', skip);
 	ui.pass.addEventListener('click', pass);
 	document.addEventListener('keydown', onKey);
-	load(true);
 	// Without a target of the reviewer's own, the monitor's target: the one
-	// the thresholds are watched at (else the page's default).
+	// the thresholds are watched at (else the page's default). The first
+	// item waits for the progress, which names the entry holding the
+	// evidence back (waiting_on): that one is served first.
 	(async () => {
 		if (!storedTarget) {
-			try {
-				const g = await getJSON('guarantee');
-				if (g && typeof g.target === 'number') ui.target.value = String(g.target);
-			} catch (e) {
-				// no monitor: the page's default
-			}
+			// Without a monitor (or with its state unread) load answers
+			// null: the page's default.
+			const g = await guarantee.load();
+			if (g && typeof g.target === 'number') ui.target.value = String(g.target);
 		}
-		loadProgress();
+		await loadProgress();
+		load(true);
 	})();
 })();
