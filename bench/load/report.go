@@ -154,9 +154,9 @@ func (b *bench) targets(ur *upstreamRun) {
 
 // references prints, beside the targets, the rows reported without one:
 // exact admission (Lx), every organization leased (La), a budget (Lb),
-// the verdict cache (GC), the answer cache (C), everything on (E), the
-// unbuffered log writer (Lu, Lmu) and nginx (N, Nl), each with L and Lm
-// for comparison.
+// the verdict cache (GC), the answer cache (C), everything on (E),
+// escalation (X, Xn), the unbuffered log writer (Lu, Lmu) and nginx (N,
+// Nl), each with L and Lm for comparison.
 func (b *bench) references(ur *upstreamRun) {
 	var rows []string
 	for _, c := range []string{harness.Limits, harness.LimitsLocal, harness.LimitsExact, harness.LimitsAllowance, harness.LimitsBudget,

@@ -174,70 +174,11 @@ func TestAdaptiveLargeRequestsExact(t *testing.T) {
 // (N-1)·s + min(s, r·T) with s = share × capacity.
 func TestAdaptiveNeverExceedsTheBound(t *testing.T) {
 	srv := redistest.Start(t)
-	const n, burst, tps, share, interval = 3, 1000, 20, 0.1, time.Second
-	tok := store.TokensPerSecond(tps, burst)
-	bound := overshootBound(n, int64(share*burst)*store.Unit, tps*60, interval)
-	var worstOfAll int64
-	var leases int64
-	for seed := range uint64(4) {
-		clk := testclock.New(time.Time{})
-		inst := make([]*instance, n)
-		for i := range inst {
-			inst[i] = adaptive(t, srv.URL(), fmt.Sprint(t.Name(), seed, ":"), store.Spec{}, tok, share, interval, clk)
-		}
-		rng := rand.New(rand.NewPCG(seed, 17))
-		times, admitted := []int64{clk.Now().UnixMicro()}, []int64{0}
-		for range 1500 {
-			in := inst[rng.IntN(n)]
-			switch op := rng.IntN(20); {
-			case op < 7: // a few admissions: exact, or the pace reached and a lease left
-				for range 1 + rng.IntN(MinLeaseAdmissions+2) {
-					if est := rng.Int64N(3); in.admit("acme", est).o.Allowed {
-						admitted[len(admitted)-1] += est
-					}
-				}
-			case op < 12: // spend everything
-				for range 200 {
-					if !in.admit("acme", 10).o.Allowed {
-						break
-					}
-					admitted[len(admitted)-1] += 10
-				}
-			case op < 17:
-				var d time.Duration
-				switch rng.IntN(3) {
-				case 0:
-					d = time.Duration(rng.Int64N(int64(100 * time.Millisecond)))
-				case 1:
-					d = interval - time.Duration(rng.Int64N(int64(50*time.Millisecond)))
-				default:
-					d = time.Duration(rng.Int64N(int64(20 * time.Second)))
-				}
-				clk.Advance(d)
-				times, admitted = append(times, clk.Now().UnixMicro()), append(admitted, 0)
-			default:
-				in.sweep()
-			}
-		}
-		var worst int64 = -1 << 62
-		for i := range times {
-			var sum int64
-			for j := i; j < len(times); j++ {
-				sum += admitted[j]
-				worst = max(worst, sum*store.Unit-burst*store.Unit-tps*60*(times[j]-times[i]))
-			}
-		}
-		for _, in := range inst {
-			leases += in.leases.Stats().LeasesTaken
-		}
-		t.Logf("seed %d: the worst window admitted %.1f tokens beyond capacity plus refill; bound %d", seed, float64(worst)/store.Unit, bound/store.Unit)
-		if worst > bound {
-			t.Fatalf("a window admitted %.1f tokens beyond capacity plus refill, bound %d", float64(worst)/store.Unit, bound/store.Unit)
-		}
-		worstOfAll = max(worstOfAll, worst)
-	}
-	if worstOfAll <= 0 || leases == 0 {
-		t.Fatalf("worst window %d units over, %d leases: the histories prove nothing", worstOfAll, leases)
+	worst, leases := boundedHistories(t, 17, func(seed uint64, tok store.Spec, share float64, interval time.Duration, clk *testclock.Clock) *instance {
+		return adaptive(t, srv.URL(), fmt.Sprint(t.Name(), seed, ":"), store.Spec{}, tok, share, interval, clk)
+	}, func(rng *rand.Rand) int { return 1 + rng.IntN(MinLeaseAdmissions+2) }) // exact, or the pace reached and a lease left
+	if worst <= 0 || leases == 0 {
+		t.Fatalf("worst window %d units over, %d leases: the histories prove nothing", worst, leases)
 	}
 }
 
