@@ -33,8 +33,31 @@
 		return e;
 	}
 
+	// groupName names a group of /progress or /guarantee. An escalated
+	// group (escalated_from set: the second stage) holds the second
+	// version's answers to the questions the first version's answers
+	// escalated, a group apart from the second version's own answers, so
+	// its name says which first version it is escalated from.
 	function groupName(g) {
-		return g.model + ' ' + g.type + (g.org ? ' (organization ' + g.org + ')' : '');
+		return g.model + ' ' + g.type + (g.escalated_from ? ', escalated from ' + g.escalated_from : '') +
+			(g.org ? ' (organization ' + g.org + ')' : '');
+	}
+
+	// escalateBlock names the route's block a second stage's threshold
+	// lives in, as the gateway's configuration writes it.
+	function escalateBlock(g) {
+		return 'escalate ' + g.escalated_from + ' to ' + g.model;
+	}
+
+	// resetPath is the DELETE that resets a /guarantee group: its org
+	// (under by org) and the first version of an escalated group are
+	// query parameters.
+	function resetPath(g) {
+		const query = [];
+		if (g.org) query.push('org=' + encodeURIComponent(g.org));
+		if (g.escalated_from) query.push('escalated_from=' + encodeURIComponent(g.escalated_from));
+		return location.pathname.replace(/\/?$/, '/') + 'guarantee/' + encodeURIComponent(g.model) + '/' + encodeURIComponent(g.type) +
+			(query.length ? '?' + query.join('&') : '');
 	}
 
 	// local shows an RFC 3339 time in the reviewer's time zone beside the
@@ -118,16 +141,25 @@
 		banner.replaceChildren(...alarms.map((g) => {
 			const since = g.raised_at || '<the time you learnt of the alarm>';
 			const command = 'systemone-gateway calibrate --target ' + body.target + ' --since ' + since + ' ' + location.origin + location.pathname.replace(/\/?$/, '/') + 'labels';
-			const reset = 'DELETE ' + location.pathname.replace(/\/?$/, '/') + 'guarantee/' + encodeURIComponent(g.model) + '/' + encodeURIComponent(g.type) + (g.org ? '?org=' + encodeURIComponent(g.org) : '');
-			return el('div', { className: 'alarm', dataset: { kind: 'alarm', model: g.model, type: g.type, org: g.org || '', raisedAt: g.raised_at || '' } },
+			const reset = 'DELETE ' + resetPath(g);
+			// An escalated group's answers are the second version's to the
+			// questions the first version escalated; its threshold is the
+			// escalate block's, which calibrate writes beside the pin.
+			const answers = g.escalated_from
+				? 'the auto answers of ' + g.model + ' to the questions ' + g.escalated_from + ' escalated'
+				: 'this group\'s auto answers';
+			const fix = g.escalated_from
+				? 'Put the new threshold in the block ' + escalateBlock(g) + ' (calibrate writes it beside the pin), reload the gateways, then reset the escalated group with the operator\'s login: '
+				: 'Pin the new threshold, reload the gateways, then reset the group with the operator\'s login: ';
+			return el('div', { className: 'alarm', dataset: { kind: 'alarm', model: g.model, type: g.type, org: g.org || '', escalatedFrom: g.escalated_from || '', raisedAt: g.raised_at || '' } },
 				el('h2', null, 'Guarantee alarm: ' + groupName(g)),
 				el('p', { className: 'raised' }, g.raised_at
-					? 'Raised ' + local(g.raised_at) + ': the labels show this group\'s auto answers agreeing with people less than the target ' + body.target + ' (evidence ' + Number(g.evidence).toPrecision(3) + ', at alpha ' + g.alpha + ').'
-					: 'Raised at a time that was lost (the alarm was written back after Redis lost its data): its answers agree with people less than the target ' + body.target + '.'),
+					? 'Raised ' + local(g.raised_at) + ': the labels show ' + answers + ' agreeing with people less than the target ' + body.target + ' (evidence ' + Number(g.evidence).toPrecision(3) + ', at alpha ' + g.alpha + ').'
+					: 'Raised at a time that was lost (the alarm was written back after Redis lost its data): ' + answers + ' agree with people less than the target ' + body.target + '.'),
 				el('ol', null,
 					el('li', null, 'Label the audited entries queued since the alarm, fully and as this page serves them (oldest first).'),
 					el('li', null, 'Recalibrate from them only, once their labels are a correction window old: ', el('code', null, command)),
-					el('li', null, 'Pin the new threshold, reload the gateways, then reset the group with the operator\'s login: ', el('code', null, reset), '.')),
+					el('li', null, fix, el('code', null, reset), '.')),
 				g.raised_at ? el('button', { type: 'button', className: 'since-alarm', onclick: () => choose(g.raised_at) }, 'Show progress since this alarm') : null);
 		}));
 		banner.hidden = false;
@@ -173,18 +205,34 @@
 
 	// inForce describes the threshold in force of a /progress group and
 	// whether the labels of the window put it below the target.
+	// For an escalated group it is the escalate block's threshold, as the
+	// routes of the second answers show it, never the pin's.
 	function inForce(g, target, from) {
 		const f = g.in_force;
-		if (!f) return { text: '–', warn: false, title: 'No answer of this group was routed auto' };
+		const whose = g.escalated_from ? 'The threshold in force of the block ' + escalateBlock(g) + ', as the routes of its second answers show it. ' : '';
+		if (!f) return { text: '–', warn: false, title: whose + 'No answer of this group was routed auto' };
 		const shown = String(Math.round(f.threshold * 1000) / 1000);
-		if (!f.n) return { text: shown, warn: false, title: 'No labels at or above it ' + windowWords(from) };
+		if (!f.n) return { text: shown, warn: false, title: whose + 'No labels at or above it ' + windowWords(from) };
 		const share = f.agree / f.n;
 		const warn = share < target;
 		return {
 			text: shown + ' (' + (100 * share).toFixed(1) + '% of ' + f.n + ')',
 			warn,
-			title: 'Agreement at or above the threshold in force ' + windowWords(from) + ': ' + f.agree + ' of ' + f.n + (warn ? ', below the target ' + target : ''),
+			title: whose + 'Agreement at or above the threshold in force ' + windowWords(from) + ': ' + f.agree + ' of ' + f.n + (warn ? ', below the target ' + target : ''),
 		};
+	}
+
+	// escalationNote explains the escalated groups of a /progress body,
+	// when it has any: what they hold, where their threshold goes, and
+	// the share of delta each stage is calibrated at.
+	function escalationNote(body) {
+		const second = body.groups.filter((g) => g.escalated_from);
+		if (second.length === 0) return null;
+		const half = second[0].delta !== undefined ? second[0].delta : body.delta / 2;
+		return el('p', { className: 'note', id: 'escalation-note' },
+			'Groups escalated from a first version hold the second version\'s answers to the questions the first version\'s answers escalated: ' +
+			'a group of their own, apart from the second version\'s own answers, whose threshold goes in the escalate block beside the pin. ' +
+			'Both stages of an escalated type are calibrated at half of delta (' + half + ' each), so that the type\'s auto answers of both versions together hold the target with risk ' + body.delta + '.');
 	}
 
 	// draw shows a reliability diagram per group of a /progress body.
@@ -194,7 +242,7 @@
 			? 'Audit: active, as the entries were drawn: less confident answers are drawn more often, so each label weighs 1/audit_p in the bars.'
 			: 'Audit: uniform, as the entries were drawn: every answer had the same chance, so the bars count the labels as they are.';
 		const cards = body.groups.map((g) => card(g, body.target, from));
-		box.replaceChildren(...(cards.length ? [el('p', { className: 'note', id: 'audit-kind', dataset: { method: body.method || '' } }, audit), ...cards] : []));
+		box.replaceChildren(...(cards.length ? [el('p', { className: 'note', id: 'audit-kind', dataset: { method: body.method || '' } }, audit), escalationNote(body), ...cards].filter((c) => c) : []));
 		box.hidden = cards.length === 0;
 	}
 
@@ -213,7 +261,7 @@
 		const lo = Math.max(0, Math.floor(Math.min(...reach) * 10) / 10);
 		const x = (c) => left + (c - lo) / (1 - lo) * (W - left - right);
 		const plot = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, role: 'img', class: 'reliability' },
-			svg('title', null, 'Agreement by confidence, ' + g.model + ' ' + g.type));
+			svg('title', null, 'Agreement by confidence, ' + groupName(g)));
 		// Axes and grid.
 		plot.append(svg('rect', { x: left, y: top, width: W - left - right, height: H - top - bottom, fill: '#fbfcfd', stroke: '#d5dae0' }));
 		for (const v of [0, 0.5, 1]) {
@@ -249,17 +297,22 @@
 		const legend = el('ul', { className: 'legend' },
 			el('li', { className: 'target' }, 'target ' + target + ' (dashed blue)'),
 			el('li', { className: 'in-force' + (f.warn ? ' warn' : ''), title: f.title },
-				'in force ' + f.text + (f.warn ? ': agreement ' + windowWords(from) + ' is below the target' : '')),
+				(g.escalated_from ? 'in force in the escalate block ' : 'in force ') + f.text + (f.warn ? ': agreement ' + windowWords(from) + ' is below the target' : '')),
 			el('li', { className: 'supported' }, supported
-				? 'the labels support ' + (Math.ceil(g.threshold * 10000 - 1e-9) / 10000) + ' (dashed green)'
+				? 'the labels support ' + (Math.ceil(g.threshold * 10000 - 1e-9) / 10000) + (g.escalated_from ? ' for the escalate block' : '') + ' (dashed green)'
 				: 'the labels support no threshold yet'));
-		return el('figure', { className: 'diagram', dataset: { model: g.model, type: g.type, question: g.question || '', org: g.org || '' } },
-			el('figcaption', null, groupName(g) + (g.question ? ', question ' + g.question : '') + ': agreement of audited answers by confidence ' + windowWords(from) + ' (bars; lines: 95% Wilson intervals)'),
+		const escalated = Boolean(g.escalated_from);
+		return el('figure', {
+			className: 'diagram' + (escalated ? ' escalated' : ''),
+			dataset: { model: g.model, type: g.type, question: g.question || '', org: g.org || '', stage: String(g.stage || 1), escalatedFrom: g.escalated_from || '' },
+		},
+			el('figcaption', null, groupName(g) + (g.question ? ', question ' + g.question : '') + ': agreement of ' +
+				(escalated ? 'the second answers' : 'audited answers') + ' by confidence ' + windowWords(from) + ' (bars; lines: 95% Wilson intervals)'),
 			plot, legend);
 	}
 
 	window.systemoneGuarantee = {
-		load, since, draw, inForce,
+		load, since, draw, inForce, groupName, escalateBlock,
 		// onSinceChange sets what runs when the starting point changes.
 		onSinceChange(fn) {
 			onChange = fn;

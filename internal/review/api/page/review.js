@@ -458,6 +458,16 @@
 		return String(Math.ceil(t * 10000 - 1e-9) / 10000);
 	}
 
+	// escalatedTitle says what an escalated group of /progress holds and
+	// what it was calibrated under.
+	function escalatedTitle(g) {
+		const under = g.under_threshold === null || g.under_threshold === undefined
+			? 'every question of the type (' + g.escalated_from + ' has no threshold here)'
+			: 'the questions ' + g.escalated_from + ' answers below ' + threshold(g.under_threshold) + ' (its threshold here)';
+		return 'Second answers of ' + g.model + ' to ' + under + '; its threshold goes in the block ' + guarantee.escalateBlock(g) +
+			(g.delta !== undefined ? ', calibrated at delta ' + g.delta : '');
+	}
+
 	// The groupings /progress takes (by=...), the page's default first.
 	const groupings = ['type', 'question', 'org'];
 
@@ -486,20 +496,31 @@
 				const passed = g.threshold !== null && g.threshold !== undefined;
 				const needed = g.labels_needed === undefined ? '–' : String(g.labels_needed);
 				const expected = g.labels_expected === undefined || g.labels_expected === null ? '–' : String(g.labels_expected);
+				// An escalated group (the second stage) holds the second
+				// version's answers to the first version's escalated
+				// questions: named by both, its threshold the escalate
+				// block's.
+				const from = g.escalated_from || '';
 				// Only per organization does a group have an org: "" there is
-				// the pool of the organizations without a group of their own.
-				const org = by !== 'org' ? '(all)' : (g.org || 'others, pooled');
+				// the pool of the organizations without a group of their own;
+				// second answers always pool (the escalate block has no
+				// organization lines).
+				const org = by !== 'org' ? '(all)' : from ? '(all, pooled)' : (g.org || 'others, pooled');
 				// The threshold in force, in warning colours when the labels
 				// of the window agree less than the target at or above it.
 				const inForce = guarantee.inForce(g, body.target, since);
-				return el('tr', { className: passed ? 'passed' : '', dataset: { model: g.model, type: g.type, question: g.question, org: g.org || '' } },
-					el('td', null, g.model), el('td', null, g.type), el('td', null, g.question || '(all)'),
+				return el('tr', {
+					className: (passed ? 'passed' : '') + (from ? ' escalated' : ''),
+					dataset: { model: g.model, type: g.type, question: g.question, org: g.org || '', stage: String(g.stage || 1), escalatedFrom: from },
+				},
+					el('td', { className: 'model', title: from ? escalatedTitle(g) : '' }, from ? g.model + ', escalated from ' + from : g.model),
+					el('td', null, g.type), el('td', null, g.question || '(all)'),
 					el('td', { className: 'org' }, org),
 					el('td', null, String(g.labels)),
 					// agree/n at the first candidate calibrate tested; none is
 					// tested until enough labels share the top confidences.
 					el('td', null, g.n > 0 ? g.agree + '/' + g.n + ' (' + (100 * g.agree / g.n).toFixed(1) + '%)' : 'too few at the top'),
-					el('td', { className: 'threshold' }, passed ? threshold(g.threshold) : 'none yet'),
+					el('td', { className: 'threshold' }, passed ? threshold(g.threshold) + (from ? ' (' + guarantee.escalateBlock(g) + ')' : '') : 'none yet'),
 					el('td', { className: 'in-force' + (inForce.warn ? ' warn' : ''), title: inForce.title }, inForce.text),
 					el('td', { className: 'needed' }, needed),
 					el('td', { className: 'expected' }, expected),
