@@ -107,15 +107,22 @@ func TestWalkthrough(t *testing.T) {
 		next.Items[0].Reason != "unpinned_version" || len(next.Items[0].Request) == 0 {
 		fail("the next item: %+v %v", next, err)
 	}
+	// The alarm is service-1.0.0's own yes/no group's, and only its: the
+	// groups of the escalation step (service-2.0.0's answers, and the
+	// escalated ones) were labelled with the truth.
 	var g struct {
 		Groups []struct {
-			Model, Type string
-			Alarm       bool
+			Model, Type      string
+			Escalated, Alarm bool
 		}
 	}
-	if err := json.Unmarshal([]byte(outputOf(t, steps, outputs, "/review/guarantee\n")), &g); err != nil ||
-		len(g.Groups) != 1 || g.Groups[0].Model != "service-1.0.0" || g.Groups[0].Type != "noul" || !g.Groups[0].Alarm {
+	if err := json.Unmarshal([]byte(outputOf(t, steps, outputs, "/review/guarantee\n")), &g); err != nil || len(g.Groups) != 3 {
 		fail("the guarantee after the disagreeing labels: %+v %v", g, err)
+	}
+	for _, gr := range g.Groups {
+		if alarmed := gr.Model == "service-1.0.0" && gr.Type == "noul" && !gr.Escalated; gr.Alarm != alarmed {
+			fail("the guarantee after the disagreeing labels: group %+v, want alarm %v", gr, alarmed)
+		}
 	}
 	var progress struct {
 		Groups []struct {
@@ -131,6 +138,11 @@ func TestWalkthrough(t *testing.T) {
 	if pin1 != *progress.Groups[0].Threshold || !(pin2 > pin1) {
 		fail("thresholds: /progress %v, service-1.0.0 %v, service-2.0.0 %v: want the first two equal, the third above", *progress.Groups[0].Threshold, pin1, pin2)
 	}
+	// The escalation step's pin and block are the ones it writes to
+	// pins.caddy: service-2.0.0's answers below its pin go to service-1.0.0.
+	escalation := outputOf(t, steps, outputs, "| tee calibrate-3.txt")
+	pinblock.Noul(t, pinblock.Find(t, escalation, "service-2.0.0"))
+	pinblock.Noul(t, pinblock.FindEscalate(t, escalation, "service-2.0.0", "service-1.0.0"))
 
 	if after := gitStatus(t, root); after != before {
 		t.Errorf("the walk-through changed the clone: git status --porcelain --ignored was\n%s\nand is\n%s", before, after)
