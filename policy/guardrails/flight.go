@@ -27,6 +27,10 @@ type flight struct {
 	// by flights.mu: while there are any, the leader's caller going away
 	// does not cancel the call.
 	waiters int
+	// abandoned, guarded by flights.mu, is set when the leader's caller
+	// went away with nobody waiting and the call was cancelled for it: its
+	// failure then says nothing of the service.
+	abandoned bool
 }
 
 // errLeaderLeft is the answer of a call cancelled because its leader's
@@ -34,12 +38,26 @@ type flight struct {
 // failure, and nobody reads it.
 var errLeaderLeft = errors.New("guardrails: the caller went away")
 
+// errCheckTimedOut is the cause of a check's context ending at the check's
+// own deadline (the configured timeout from its start), as opposed to its
+// caller's context ending: the first is the service not answering in time,
+// the second the caller going away.
+var errCheckTimedOut = errors.New("guardrails: the check's timeout passed")
+
 // call asks the service about msgs (under key), or waits for the identical
 // call under way, and returns what it said; the caller reads ctx's end
-// first. The call is bounded by the timeout, and by the leader's ctx while
-// no other check waits for it: a waiting check returns once its ctx is
-// done, the leader once the call is (at once when it was alone).
-func (c *Checker) call(ctx context.Context, key string, msgs []Message) (assessment, error) {
+// first. ctx is the check's, ending at deadline with errCheckTimedOut as
+// its cause, or earlier when the check's caller goes away. The call is
+// bounded by deadline (the leader's), and by the leader's caller while no
+// other check waits for it: a waiting check returns once its ctx is done,
+// the leader once the call is (at once when it was alone and its caller
+// went away).
+//
+// Whether the service is failing is noted from every call's answer but an
+// abandoned one, whichever goroutine runs it: the check's own deadline
+// passing is the service failing, never the caller going away, though
+// ctx ends with it (and may end a moment before the call's own timer).
+func (c *Checker) call(ctx context.Context, deadline time.Time, key string, msgs []Message) (assessment, error) {
 	fs := &c.flights
 	fs.mu.Lock()
 	for {
@@ -71,20 +89,29 @@ func (c *Checker) call(ctx context.Context, key string, msgs []Message) (assessm
 	fs.mu.Unlock()
 
 	// The call is shared: the leader's caller going away must not fail
-	// the others, so it is bounded by the timeout, and cancelled with the
-	// leader's context only when nobody else waits.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(c.cfg.Timeout))
+	// the others, so it is bounded by the leader's deadline, and cancelled
+	// with the leader's context only when that context ended before its
+	// deadline (the caller went away) and nobody else waits.
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
+		if context.Cause(ctx) == errCheckTimedOut {
+			return // the call's own deadline is the same
+		}
 		fs.mu.Lock()
-		alone := f.waiters == 0
+		f.abandoned = f.waiters == 0
+		abandoned := f.abandoned
 		fs.mu.Unlock()
-		if alone {
+		if abandoned {
 			cancel()
 		}
 	})
 	a, err := c.ask(callCtx, msgs)
-	if !stop() && ctx.Err() != nil && errors.Is(callCtx.Err(), context.Canceled) {
+	stop()
+	fs.mu.Lock()
+	abandoned := f.abandoned
+	fs.mu.Unlock()
+	if err != nil && abandoned {
 		err = errLeaderLeft // cancelled here: nothing to note of the service
 	} else {
 		c.noteHealth(err)

@@ -62,9 +62,9 @@ type Checker struct {
 	// clones it).
 	endpointURL *url.URL
 	header      http.Header
-	client   *http.Client
-	cache    *verdictCache // nil when the cache is off
-	logger   *zap.Logger
+	client      *http.Client
+	cache       *verdictCache // nil when the cache is off
+	logger      *zap.Logger
 
 	// flights lets identical concurrent checks share one call to the
 	// service (see call).
@@ -121,8 +121,12 @@ func (c *Checker) Parallel() bool { return c.cfg.Mode == ModeParallel }
 
 // Check checks an evaluation request's state (the raw JSON of `state`) and
 // decides on it. It returns within the configured timeout, or sooner when
-// ctx ends; it never fails otherwise: a failed check is a Verdict with
-// Action unchecked or unavailable, as on_error says.
+// ctx ends (unless other identical checks wait for the call this one
+// leads: it then returns when that call ends, within its timeout); it never
+// fails otherwise: a failed check is a Verdict with Action unchecked or
+// unavailable, as on_error says. A call that gets no usable answer within
+// the timeout counts as the service failing (logged when it starts and
+// when it ends); one cut short because its caller went away does not.
 //
 // State with no text in it (only empty or blank strings) passes with risk
 // none without asking the service.
@@ -142,7 +146,10 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 		return c.decide(assessment{Risk: RiskNone})
 	}
 	timeout := time.Duration(c.cfg.Timeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	// The check's own deadline passing is the service not answering in
+	// time (errCheckTimedOut); the caller's context ending is not.
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errCheckTimedOut)
 	defer cancel()
 
 	key := cacheKey(c.cfg.Model, msgs)
@@ -155,7 +162,7 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 			return v
 		}
 	}
-	a, err := c.call(ctx, key, msgs)
+	a, err := c.call(ctx, deadline, key, msgs)
 	switch {
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return c.failed(fmt.Errorf("%w: no answer within %v", ErrTimeout, timeout))
