@@ -28,7 +28,6 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sync/singleflight"
 )
 
 // ErrTimeout is wrapped by a Verdict's Err when the service did not answer
@@ -58,12 +57,18 @@ var transport = &http.Transport{
 type Checker struct {
 	cfg      Config // defaults applied
 	endpoint string
-	client   *http.Client
-	cache    *verdictCache // nil when the cache is off
-	logger   *zap.Logger
+	// endpointURL and header are the parts of every call that never
+	// change: the URL parsed once, the header built once (each call
+	// clones it).
+	endpointURL *url.URL
+	header      http.Header
+	client      *http.Client
+	cache       *verdictCache // nil when the cache is off
+	logger      *zap.Logger
 
-	// flights lets identical concurrent checks share one call to the service.
-	flights singleflight.Group
+	// flights lets identical concurrent checks share one call to the
+	// service (see call).
+	flights flights
 	// failing is whether the service's last answer was a failure, so that
 	// only changes are logged, not every failed request.
 	failing atomic.Bool
@@ -96,6 +101,14 @@ func New(cfg Config, rdb RedisClient, keyPrefix string, logger *zap.Logger) (*Ch
 		},
 		logger: logger,
 	}
+	if c.endpointURL, err = url.Parse(c.endpoint); err != nil {
+		return nil, fmt.Errorf("guardrails: %v", err)
+	}
+	c.header = http.Header{
+		"Authorization": {"Bearer " + cfg.APIKey},
+		"Content-Type":  {"application/json"},
+		"Accept":        {"application/json"},
+	}
 	if cfg.Cache != 0 {
 		c.cache = newVerdictCache(rdb, keyPrefix+"guardrails:", time.Duration(cfg.Cache), logger, time.Now)
 	}
@@ -108,8 +121,12 @@ func (c *Checker) Parallel() bool { return c.cfg.Mode == ModeParallel }
 
 // Check checks an evaluation request's state (the raw JSON of `state`) and
 // decides on it. It returns within the configured timeout, or sooner when
-// ctx ends; it never fails otherwise: a failed check is a Verdict with
-// Action unchecked or unavailable, as on_error says.
+// ctx ends (unless other identical checks wait for the call this one
+// leads: it then returns when that call ends, within its timeout); it never
+// fails otherwise: a failed check is a Verdict with Action unchecked or
+// unavailable, as on_error says. A call that gets no usable answer within
+// the timeout counts as the service failing (logged when it starts and
+// when it ends); one cut short because its caller went away does not.
 //
 // State with no text in it (only empty or blank strings) passes with risk
 // none without asking the service.
@@ -129,7 +146,10 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 		return c.decide(assessment{Risk: RiskNone})
 	}
 	timeout := time.Duration(c.cfg.Timeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	// The check's own deadline passing is the service not answering in
+	// time (errCheckTimedOut); the caller's context ending is not.
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errCheckTimedOut)
 	defer cancel()
 
 	key := cacheKey(c.cfg.Model, msgs)
@@ -142,30 +162,16 @@ func (c *Checker) check(ctx context.Context, state []byte) Verdict {
 			return v
 		}
 	}
-	results := c.flights.DoChan(key, func() (any, error) {
-		// The call is shared: one caller going away must not fail the
-		// others. It is bounded by the timeout all the same.
-		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		a, err := c.ask(callCtx, msgs)
-		c.noteHealth(err)
-		if err == nil && c.cache != nil {
-			c.cache.set(callCtx, key, a)
-		}
-		return a, err
-	})
-	select {
-	case r := <-results:
-		if r.Err != nil {
-			return c.failed(r.Err)
-		}
-		return c.decide(r.Val.(assessment))
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return c.failed(fmt.Errorf("%w: no answer within %v", ErrTimeout, timeout))
-		}
+	a, err := c.call(ctx, deadline, key, msgs)
+	switch {
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return c.failed(fmt.Errorf("%w: no answer within %v", ErrTimeout, timeout))
+	case ctx.Err() != nil:
 		return c.failed(fmt.Errorf("guardrails: %w", ctx.Err()))
+	case err != nil:
+		return c.failed(err)
 	}
+	return c.decide(a)
 }
 
 // decide applies the policy to what the service said.
@@ -215,13 +221,21 @@ func (c *Checker) ask(ctx context.Context, msgs []Message) (assessment, error) {
 	if err := enc.Encode(serviceRequest{Model: c.cfg.Model, Messages: msgs}); err != nil {
 		return assessment{}, fmt.Errorf("guardrails: encoding request: %v", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, &body)
-	if err != nil {
-		return assessment{}, fmt.Errorf("guardrails: %v", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
+	// As http.NewRequestWithContext makes it, with the URL parsed and the
+	// header built when the checker was made.
+	req := (&http.Request{
+		Method:        http.MethodPost,
+		URL:           c.endpointURL,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        c.header.Clone(),
+		Body:          io.NopCloser(&body),
+		ContentLength: int64(body.Len()),
+		Host:          c.endpointURL.Host,
+	}).WithContext(ctx)
+	snapshot := body.Bytes()
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(snapshot)), nil }
 
 	resp, err := c.client.Do(req)
 	if err != nil {
