@@ -2,6 +2,7 @@ package evaluation
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -193,14 +194,9 @@ func (s *scanner) str() (escaped bool) {
 	// character; a string that fails leaves the counts, and the scan, moot.
 	cjkRunes, cjkBytes := s.cjkRunes, s.cjkBytes
 	for {
-		// The hot loop: plain ASCII text, eight bytes at a time, then
-		// byte by byte up to the first byte that needs a closer look.
-		for i+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		for i < len(b) && b[i] >= 0x20 && b[i] < 0x80 && b[i] != '"' && b[i] != '\\' {
-			i++
-		}
+		// The hot loop: plain ASCII text, thirty-two bytes at a time, up
+		// to the first byte that needs a closer look.
+		i = plainText(b, i)
 		if i >= len(b) {
 			s.fail(start, "Unterminated string starting at")
 			s.pos = len(b)
@@ -283,23 +279,50 @@ func isPlain3(b []byte, i int) bool {
 	return (c >= 0xE1 && c <= 0xEC || c >= 0xEE && c <= 0xEF) && b[i+1]&0xC0 == 0x80 && b[i+2]&0xC0 == 0x80
 }
 
-// Masks for special8.
+// plainText returns the index of the first byte at or after i that ends
+// a run of plain ASCII string text: a control byte, a byte of a multi-byte
+// character, '"' or '\\'; len(b) when there is none. It reads thirty-two
+// bytes at a time while it can, then eight, then one.
+func plainText(b []byte, i int) int {
+	rest := b[i:]
+	for len(rest) >= 32 {
+		w0 := special(binary.LittleEndian.Uint64(rest))
+		w1 := special(binary.LittleEndian.Uint64(rest[8:]))
+		w2 := special(binary.LittleEndian.Uint64(rest[16:]))
+		w3 := special(binary.LittleEndian.Uint64(rest[24:]))
+		if (w0|w1|w2|w3)&highBits != 0 {
+			break
+		}
+		rest = rest[32:]
+	}
+	for len(rest) >= 8 {
+		if m := special(binary.LittleEndian.Uint64(rest)) & highBits; m != 0 {
+			return len(b) - len(rest) + bits.TrailingZeros64(m)/8
+		}
+		rest = rest[8:]
+	}
+	for len(rest) > 0 && rest[0] >= 0x20 && rest[0] < 0x80 && rest[0] != '"' && rest[0] != '\\' {
+		rest = rest[1:]
+	}
+	return len(b) - len(rest)
+}
+
+// Masks for special.
 const (
 	lowBits  = 0x0101010101010101
 	highBits = 0x8080808080808080
 )
 
-// special8 reports whether any of the eight bytes in v (read little-endian
-// from the body) ends a run of plain ASCII string text: a control byte, a
-// byte of a multi-byte character, '"' or '\\'. Each test is exact: a byte
-// is flagged only when some byte in v has the property.
-func special8(v uint64) bool {
-	quote := v ^ (lowBits * '"')
-	backslash := v ^ (lowBits * '\\')
-	control := (v - lowBits*0x20) & ^v          // a byte below 0x20
-	zeroQ := (quote - lowBits) & ^quote         // a byte equal to '"'
-	zeroB := (backslash - lowBits) & ^backslash // a byte equal to '\\'
-	return (v|control|zeroQ|zeroB)&highBits != 0
+// special finds the first byte of the eight in v (read little-endian from
+// the body) that ends a run of plain ASCII string text: a control byte, a
+// byte of a multi-byte character, '"' or '\\'. Masked with highBits, it
+// has that byte's high bit set, and none of the bytes before it: lanes
+// borrow only upward, and only from a lane that is such a byte. Each term
+// flags one kind (the bytes before the first are below 0x80): a byte of
+// 0x80 and up (v itself), a byte below 0x20 (which v-0x20 wraps), '\\'
+// and '"' (which the XOR makes zero, and the subtraction wraps).
+func special(v uint64) uint64 {
+	return v | (v - lowBits*0x20) | (v ^ lowBits*'\\' - lowBits) | (v ^ lowBits*'"' - lowBits)
 }
 
 // isEncodedSurrogate reports a UTF-8 encoded UTF-16 surrogate (ED A0..BF xx),
