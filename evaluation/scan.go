@@ -318,11 +318,12 @@ const (
 // byte of a multi-byte character, '"' or '\\'. Masked with highBits, it
 // has that byte's high bit set, and none of the bytes before it: lanes
 // borrow only upward, and only from a lane that is such a byte. Each term
-// flags one kind (the bytes before the first are below 0x80): a byte of
-// 0x80 and up (v itself), a byte below 0x20 (which v-0x20 wraps), '\\'
-// and '"' (which the XOR makes zero, and the subtraction wraps).
+// flags its kinds (the bytes before the first are ASCII): a byte of 0x80
+// and up (v itself); a byte below 0x20 or '"', the bytes that the XOR with
+// 0x02 takes below 0x21 (0x22 becomes 0x20), so that the subtraction
+// wraps; and '\\', which the XOR makes zero.
 func special(v uint64) uint64 {
-	return v | (v - lowBits*0x20) | (v ^ lowBits*'\\' - lowBits) | (v ^ lowBits*'"' - lowBits)
+	return v | (v ^ lowBits*0x02 - lowBits*0x21) | (v ^ lowBits*'\\' - lowBits)
 }
 
 // isEncodedSurrogate reports a UTF-8 encoded UTF-16 surrogate (ED A0..BF xx),

@@ -114,12 +114,16 @@ func TestPlainText(t *testing.T) {
 		}
 	}
 	for at := range n {
-		for _, c := range []byte{0x00, 0x1f, '"', '\\', 0x80, 0xe4, 0xff} {
+		for c := range 256 {
 			b := append([]byte(nil), plain...)
-			b[at] = c
-			for from := range at + 1 {
-				if got := plainText(b, from); got != at {
-					t.Fatalf("byte %#x at %d, from %d: ends at %d", c, at, from, got)
+			b[at] = byte(c)
+			want := n
+			if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				want = at
+			}
+			for _, from := range []int{0, at / 2, at} {
+				if got := plainText(b, from); got != want {
+					t.Fatalf("byte %#x at %d, from %d: ends at %d, want %d", c, at, from, got, want)
 				}
 			}
 		}
