@@ -281,10 +281,18 @@ func isPlain3(b []byte, i int) bool {
 
 // plainText returns the index of the first byte at or after i that ends
 // a run of plain ASCII string text: a control byte, a byte of a multi-byte
-// character, '"' or '\\'; len(b) when there is none. It reads thirty-two
-// bytes at a time while it can, then eight, then one.
+// character, '"' or '\\'; len(b) when there is none. It reads eight
+// bytes, then thirty-two at a time while it can, then eight, then one.
 func plainText(b []byte, i int) int {
 	rest := b[i:]
+	// Most strings of JSON (keys, ids, types, numbers' names) end within
+	// the first eight bytes.
+	if len(rest) >= 8 {
+		if m := special(binary.LittleEndian.Uint64(rest)) & highBits; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+		rest = rest[8:]
+	}
 	for len(rest) >= 32 {
 		w0 := special(binary.LittleEndian.Uint64(rest))
 		w1 := special(binary.LittleEndian.Uint64(rest[8:]))
