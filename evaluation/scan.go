@@ -2,6 +2,7 @@ package evaluation
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -32,12 +33,14 @@ type syntaxError struct {
 // span is one scanned value: its kind, its bytes b[start:end], the number of
 // direct members (object fields or array items) and the CJK text inside it.
 type span struct {
-	kind       byte
 	start, end int
 	members    int
 	cjkRunes   int64
 	cjkBytes   int64
-	escaped    bool // a string with backslash escapes
+	// kind and the flags last, together: 48 bytes, which every value
+	// scanned returns.
+	kind    byte
+	escaped bool // a string with backslash escapes
 	// odd: an object or array with a direct member that is a number or a
 	// boolean, which no text field (string, object, array or null) holds.
 	odd bool
@@ -193,14 +196,9 @@ func (s *scanner) str() (escaped bool) {
 	// character; a string that fails leaves the counts, and the scan, moot.
 	cjkRunes, cjkBytes := s.cjkRunes, s.cjkBytes
 	for {
-		// The hot loop: plain ASCII text, eight bytes at a time, then
-		// byte by byte up to the first byte that needs a closer look.
-		for i+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		for i < len(b) && b[i] >= 0x20 && b[i] < 0x80 && b[i] != '"' && b[i] != '\\' {
-			i++
-		}
+		// The hot loop: plain ASCII text, thirty-two bytes at a time, up
+		// to the first byte that needs a closer look.
+		i = plainText(b, i)
 		if i >= len(b) {
 			s.fail(start, "Unterminated string starting at")
 			s.pos = len(b)
@@ -283,23 +281,59 @@ func isPlain3(b []byte, i int) bool {
 	return (c >= 0xE1 && c <= 0xEC || c >= 0xEE && c <= 0xEF) && b[i+1]&0xC0 == 0x80 && b[i+2]&0xC0 == 0x80
 }
 
-// Masks for special8.
+// plainText returns the index of the first byte at or after i that ends
+// a run of plain ASCII string text: a control byte, a byte of a multi-byte
+// character, '"' or '\\'; len(b) when there is none. It reads eight
+// bytes, then thirty-two at a time while it can, then eight, then one.
+func plainText(b []byte, i int) int {
+	rest := b[i:]
+	// Most strings of JSON (keys, ids, types, numbers' names) end within
+	// the first eight bytes.
+	if len(rest) >= 8 {
+		if m := special(binary.LittleEndian.Uint64(rest)) & highBits; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+		rest = rest[8:]
+	}
+	for len(rest) >= 32 {
+		w0 := special(binary.LittleEndian.Uint64(rest))
+		w1 := special(binary.LittleEndian.Uint64(rest[8:]))
+		w2 := special(binary.LittleEndian.Uint64(rest[16:]))
+		w3 := special(binary.LittleEndian.Uint64(rest[24:]))
+		if (w0|w1|w2|w3)&highBits != 0 {
+			break
+		}
+		rest = rest[32:]
+	}
+	for len(rest) >= 8 {
+		if m := special(binary.LittleEndian.Uint64(rest)) & highBits; m != 0 {
+			return len(b) - len(rest) + bits.TrailingZeros64(m)/8
+		}
+		rest = rest[8:]
+	}
+	for len(rest) > 0 && rest[0] >= 0x20 && rest[0] < 0x80 && rest[0] != '"' && rest[0] != '\\' {
+		rest = rest[1:]
+	}
+	return len(b) - len(rest)
+}
+
+// Masks for special.
 const (
 	lowBits  = 0x0101010101010101
 	highBits = 0x8080808080808080
 )
 
-// special8 reports whether any of the eight bytes in v (read little-endian
-// from the body) ends a run of plain ASCII string text: a control byte, a
-// byte of a multi-byte character, '"' or '\\'. Each test is exact: a byte
-// is flagged only when some byte in v has the property.
-func special8(v uint64) bool {
-	quote := v ^ (lowBits * '"')
-	backslash := v ^ (lowBits * '\\')
-	control := (v - lowBits*0x20) & ^v          // a byte below 0x20
-	zeroQ := (quote - lowBits) & ^quote         // a byte equal to '"'
-	zeroB := (backslash - lowBits) & ^backslash // a byte equal to '\\'
-	return (v|control|zeroQ|zeroB)&highBits != 0
+// special finds the first byte of the eight in v (read little-endian from
+// the body) that ends a run of plain ASCII string text: a control byte, a
+// byte of a multi-byte character, '"' or '\\'. Masked with highBits, it
+// has that byte's high bit set, and none of the bytes before it: lanes
+// borrow only upward, and only from a lane that is such a byte. Each term
+// flags its kinds (the bytes before the first are ASCII): a byte of 0x80
+// and up (v itself); a byte below 0x20 or '"', the bytes that the XOR with
+// 0x02 takes below 0x21 (0x22 becomes 0x20), so that the subtraction
+// wraps; and '\\', which the XOR makes zero.
+func special(v uint64) uint64 {
+	return v | (v ^ lowBits*0x02 - lowBits*0x21) | (v ^ lowBits*'\\' - lowBits)
 }
 
 // isEncodedSurrogate reports a UTF-8 encoded UTF-16 surrogate (ED A0..BF xx),

@@ -55,8 +55,8 @@ func referenceStr(b []byte) (end int, failed bool, runes, size int64) {
 	return i, true, runes, size
 }
 
-// FuzzScanString: the fast paths of str (eight ASCII bytes at a time, runs
-// of three-byte characters) accept, refuse and count exactly as the plain
+// FuzzScanString: the fast paths of str (thirty-two and eight ASCII bytes
+// at a time, runs of three-byte characters) accept, refuse and count exactly as the plain
 // byte-by-byte scan does.
 func FuzzScanString(f *testing.F) {
 	for _, seed := range []string{
@@ -68,6 +68,9 @@ func FuzzScanString(f *testing.F) {
 		"\"surrogate \xed\xa0\x80 pass\"", "\"private use \xee\x80\x80 and \xef\xbf\xbf\"",
 		"\"truncated \xe4\xb8", `"unterminated`, `"` + strings.Repeat("é", 20) + `"`,
 		"\"7 bytes\"\"\x80\"", `"ends at 8"`,
+		`"` + strings.Repeat("long plain text ", 8) + `\n` + strings.Repeat("more of it ", 6) + `\" quoted\" end"`,
+		"\"" + strings.Repeat("thirty-two bytes of plain text. ", 3) + "\x01 control\"",
+		"\"" + strings.Repeat("thirty-two bytes of plain text. ", 3) + "中文 after a long run\"",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -95,27 +98,34 @@ func FuzzScanString(f *testing.F) {
 	})
 }
 
-func TestSpecial8(t *testing.T) {
-	plain := []byte("abcdefgh")
-	for i := range 8 {
-		for _, c := range []byte{0x00, 0x1f, '"', '\\', 0x80, 0xe4, 0xff} {
-			b := []byte(string(plain))
-			b[i] = c
-			if !special8(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 | uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56) {
-				t.Errorf("byte %#x at %d not flagged", c, i)
-			}
-		}
+// TestPlainText: every byte that ends plain text is found where it is,
+// at every offset of a long run (the thirty-two, eight and one byte
+// paths, and every lane of a word), and a run without one is read whole.
+func TestPlainText(t *testing.T) {
+	const n = 80
+	plain := []byte(strings.Repeat("plain text, 0-9 A-Z ~{}[]/", 4)[:n])
+	if got := plainText(plain, 0); got != n {
+		t.Fatalf("plain text ends at %d, want %d", got, n)
 	}
 	for c := 0x20; c < 0x80; c++ {
-		if c == '"' || c == '\\' {
-			continue
+		run := []byte(strings.Repeat(string(rune(c)), n))
+		if want := map[bool]int{true: 0, false: n}[c == '"' || c == '\\']; plainText(run, 0) != want {
+			t.Errorf("a run of %q ends at %d, want %d", rune(c), plainText(run, 0), want)
 		}
-		v := uint64(0)
-		for range 8 {
-			v = v<<8 | uint64(c)
-		}
-		if special8(v) {
-			t.Errorf("plain byte %q flagged", rune(c))
+	}
+	for at := range n {
+		for c := range 256 {
+			b := append([]byte(nil), plain...)
+			b[at] = byte(c)
+			want := n
+			if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				want = at
+			}
+			for _, from := range []int{0, at / 2, at} {
+				if got := plainText(b, from); got != want {
+					t.Fatalf("byte %#x at %d, from %d: ends at %d, want %d", c, at, from, got, want)
+				}
+			}
 		}
 	}
 }
