@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"net/http"
 	"os"
@@ -12,12 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/systemone/systemone-gateway/internal/gatewaytest"
-	"github.com/systemone/systemone-gateway/internal/redistest"
 	"github.com/systemone/systemone-gateway/internal/review/monitor"
-	"github.com/systemone/systemone-gateway/simulator"
 )
 
 // fenced returns the fenced blocks of doc with the given info string.
@@ -41,27 +35,13 @@ func TestMonitorDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	configs := fencedIn(doc, "caddyfile")
-	if len(configs) != 1 {
-		t.Fatalf("%d caddyfile blocks, want 1", len(configs))
-	}
-	rs := redistest.Start(t)
-	t.Setenv("REDIS_URL", rs.URL())
-	zero := int64(0)
-	h, err := simulator.New(simulator.Handler{RequestsPerMinute: &zero, TokensPerSecond: &zero})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := gatewaytest.NewUpstream(t, h)
-	port := gatewaytest.FreePort(t)
-	config := strings.Replace(configs[0], ":8080 {", fmt.Sprintf(":%d {", port), 1)
-	config = strings.Replace(config, "localhost:9080", sim.Addr(), 1)
+	g := serveMonitorDoc(t, doc, nil)
+	config := fencedIn(doc, "caddyfile")[0]
 	for _, want := range []string{"monitor 0.95 alpha 0.05", "on_alarm human", "{env.REDIS_URL}"} {
 		if !strings.Contains(config, want) {
 			t.Errorf("the example lacks %q", want)
 		}
 	}
-	gatewaytest.Load(t, config)
 
 	var example struct {
 		Target, Alpha float64
@@ -72,8 +52,7 @@ func TestMonitorDocs(t *testing.T) {
 		t.Errorf("the JSON example is not GET /guarantee's form: %+v", example)
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := g.rdb
 	curl := regexp.MustCompile(`^curl -s -u (\S+):(\S+)(?: -X (\S+))? http://localhost:8080(\S+)$`)
 	var commands [][]string
 	for _, block := range fencedIn(doc, "sh") {
@@ -96,7 +75,7 @@ func TestMonitorDocs(t *testing.T) {
 		if method == "" {
 			method = http.MethodGet
 		}
-		req := mustRequest(t, method, fmt.Sprintf("http://127.0.0.1:%d%s", port, m[4]), "")
+		req := mustRequest(t, method, g.url+m[4], "")
 		req.SetBasicAuth(m[1], m[2])
 		return do(t, req)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
@@ -32,6 +33,17 @@ type responseGateway struct {
 
 func startResponseGateway(t *testing.T, doc string) *responseGateway {
 	t.Helper()
+	return serveMonitorDoc(t, doc, map[string]string{
+		"audit 0.02":              "audit 1",
+		"monitor 0.95 alpha 0.05": "monitor 0.95 alpha 0.05 settle 0s\n\t\t\tcorrect_within 0s\n\t\t\tmax_questions 1",
+	})
+}
+
+// serveMonitorDoc serves docs/monitor.md's one Caddyfile in front of the
+// simulator, with Redis from REDIS_URL and the ports moved to free ones,
+// after the replacements in adapt (each must find its text).
+func serveMonitorDoc(t *testing.T, doc string, adapt map[string]string) *responseGateway {
+	t.Helper()
 	configs := fencedIn(doc, "caddyfile")
 	if len(configs) != 1 {
 		t.Fatalf("%d caddyfile blocks, want 1", len(configs))
@@ -45,13 +57,14 @@ func startResponseGateway(t *testing.T, doc string) *responseGateway {
 	}
 	sim := gatewaytest.NewUpstream(t, h)
 	port := gatewaytest.FreePort(t)
+	adapt = maps.Clone(adapt)
+	if adapt == nil {
+		adapt = map[string]string{}
+	}
+	adapt[":8080 {"] = fmt.Sprintf(":%d {", port)
+	adapt["localhost:9080"] = sim.Addr()
 	config := configs[0]
-	for old, adapted := range map[string]string{
-		":8080 {":                 fmt.Sprintf(":%d {", port),
-		"localhost:9080":          sim.Addr(),
-		"audit 0.02":              "audit 1",
-		"monitor 0.95 alpha 0.05": "monitor 0.95 alpha 0.05 settle 0s\n\t\t\tcorrect_within 0s\n\t\t\tmax_questions 1",
-	} {
+	for old, adapted := range adapt {
 		if !strings.Contains(config, old) {
 			t.Fatalf("the example lacks %q", old)
 		}
