@@ -113,6 +113,11 @@ func clusterMasterDown(t *testing.T, coverage string) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	status := map[int]int{}
+	// If a wait below fails the test, the clients stop before the cluster
+	// and the gateways are torn down (cleanups run last registered first),
+	// so that none reports on a test that has ended.
+	stopped := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopped)
 	for _, org := range orgs {
 		wg.Go(func() {
 			for i := 0; ; i++ {
@@ -170,8 +175,7 @@ func clusterMasterDown(t *testing.T, coverage string) {
 	waitLog(t, a.Log, "redis back", 1, wait.Bound)
 	waitLog(t, b.Log, "redis back", 1, wait.Bound)
 	more(120)
-	close(stop)
-	wg.Wait()
+	stopped()
 
 	// Every billed yuan in Redis: the budget's spent total of each org is
 	// what the upstream billed it (at 1 yuan a million tokens, a token is
