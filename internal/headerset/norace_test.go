@@ -1,0 +1,5 @@
+//go:build !race
+
+package headerset
+
+const raceEnabled = false
