@@ -5,10 +5,16 @@ package monitor
 
 // keptEntry is a taken entry as the take keeps it: per group, what its
 // observation was taken with; per counted question, its agreement then
-// (turned false by a late correction) and its group.
+// (turned false by a late correction) and its group. An entry holds few of
+// each: slices beat maps (the simulations keep hundreds of thousands).
 type keptEntry struct {
-	groups    map[string]*Taking
-	questions map[string]QuestionLabel
+	groups    []keptGroup
+	questions []QuestionLabel
+}
+
+type keptGroup struct {
+	member string
+	taking Taking
 }
 
 // keep records the observation of group count c of entry e, taken at bet
@@ -16,14 +22,41 @@ type keptEntry struct {
 func (l *Ledger) keep(e string, c groupCount, bet float64, seq int64) {
 	k := l.kept[e]
 	if k == nil {
-		k = &keptEntry{groups: map[string]*Taking{}, questions: map[string]QuestionLabel{}}
+		k = &keptEntry{}
 		l.kept[e] = k
 	}
-	k.groups[c.member] = &Taking{Bet: bet, Sequence: seq, Target: l.Params.Target,
+	taking := Taking{Bet: bet, Sequence: seq, Target: l.Params.Target,
 		Agree: c.agree, Labels: c.labels, MaxQuestions: l.Params.MaxQuestions}
-	for _, q := range c.questions {
-		k.questions[q.Question] = q
+	if g := k.group(c.member); g != nil {
+		g.taking = taking
+	} else {
+		k.groups = append(k.groups, keptGroup{member: c.member, taking: taking})
 	}
+	for _, q := range c.questions {
+		if i := k.question(q.Question); i >= 0 {
+			k.questions[i] = q
+		} else {
+			k.questions = append(k.questions, q)
+		}
+	}
+}
+
+func (k *keptEntry) group(member string) *keptGroup {
+	for i := range k.groups {
+		if k.groups[i].member == member {
+			return &k.groups[i]
+		}
+	}
+	return nil
+}
+
+func (k *keptEntry) question(id string) int {
+	for i := range k.questions {
+		if k.questions[i].Question == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // Correct applies a label of entry's question given after the window:
@@ -46,13 +79,13 @@ func (l *Ledger) Correct(entry string, q QuestionLabel) []Taken {
 		}
 		return nil
 	}
-	counted, ok := k.questions[q.Question]
-	if !ok || !counted.Agree {
+	i := k.question(q.Question)
+	if i < 0 || !k.questions[i].Agree {
 		return nil
 	}
-	counted.Agree = false
-	k.questions[q.Question] = counted
-	at := k.groups[counted.Member]
+	k.questions[i].Agree = false
+	counted := k.questions[i]
+	at := &k.group(counted.Member).taking
 	taking := *at
 	at.Agree--
 	if _, has := l.States[counted.Member]; !has && !l.Alarms[counted.Member] {

@@ -34,8 +34,10 @@ type Ledger struct {
 	seen    map[string]bool
 	// kept: a taken entry's observations, for late corrections
 	// (ledger_correct_test.go).
-	kept  map[string]*keptEntry
-	order []string // Take's buffer
+	kept map[string]*keptEntry
+	// queue is the pending entries in entry order, as the store's sorted
+	// set holds them: Take takes a prefix of it.
+	queue []string
 }
 
 type pendingEntry struct {
@@ -90,6 +92,8 @@ func (l *Ledger) NoteOf(entry string, due int64, requestID string, total int, at
 	if p == nil {
 		p = &pendingEntry{due: due, requestID: requestID}
 		l.pending[entry] = p
+		i, _ := slices.BinarySearch(l.queue, entry)
+		l.queue = slices.Insert(l.queue, i, entry)
 	}
 	p.total, p.at = total, max(p.at, at)
 	for i := range p.questions {
@@ -109,26 +113,12 @@ func (l *Ledger) NoteOf(entry string, due int64, requestID string, total int, at
 // request id, question) was counted before left out. It returns the
 // number of entries taken and the groups observed.
 func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
-	// The oldest pending entry first: when it is not due, nothing is taken
-	// (the common case, and the cheap one).
-	oldest := ""
-	for e := range l.pending {
-		if oldest == "" || e < oldest {
-			oldest = e
-		}
-	}
-	if oldest == "" || !l.ready(oldest, now) {
-		return 0, nil
-	}
-	entries := l.order[:0]
-	for e := range l.pending {
-		entries = append(entries, e)
-	}
-	slices.Sort(entries)
-	l.order = entries
 	var out []Taken
 	n := 0
-	for _, e := range entries {
+	// Entry order, stopping at the first entry that is not ready: the
+	// entries taken are a prefix of the queue.
+	defer func() { l.queue = slices.Delete(l.queue, 0, n) }()
+	for _, e := range l.queue {
 		if n == limit {
 			break
 		}
