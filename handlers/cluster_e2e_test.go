@@ -106,7 +106,10 @@ func clusterMasterDown(t *testing.T, coverage string) {
 	// This process's counters include earlier tests' limiters.
 	lostBefore, droppedBefore := metricValue(t, metricsURLs[0], lostSeries), metricValue(t, metricsURLs[0], droppedSeries)
 
-	// Traffic: one client per org, alternating between the gateways.
+	// Traffic: one client per org, alternating between the gateways, a
+	// request every 20 ms at most (the phases below last seconds each;
+	// unpaced, the clients would spend two cores on requests that show
+	// nothing more).
 	c := newClient(t)
 	var sent atomic.Int64
 	stop := make(chan struct{})
@@ -120,11 +123,13 @@ func clusterMasterDown(t *testing.T, coverage string) {
 	t.Cleanup(stopped)
 	for _, org := range orgs {
 		wg.Go(func() {
+			pace := time.NewTicker(20 * time.Millisecond)
+			defer pace.Stop()
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-pace.C:
 				}
 				url := urlA
 				if i%2 == 1 {
