@@ -117,7 +117,6 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 	n := 0
 	// Entry order, stopping at the first entry that is not ready: the
 	// entries taken are a prefix of the queue.
-	defer func() { l.queue = slices.Delete(l.queue, 0, n) }()
 	for _, e := range l.queue {
 		if n == limit {
 			break
@@ -169,6 +168,7 @@ func (l *Ledger) Take(now int64, limit int) (int, []Taken) {
 			out = append(out, Taken{Member: c.member, State: s, Raised: raised})
 		}
 	}
+	l.queue = slices.Delete(l.queue, 0, n)
 	return n, out
 }
 
